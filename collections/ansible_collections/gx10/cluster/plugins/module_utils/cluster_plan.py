@@ -1,0 +1,689 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Validate the cluster inventory and compute the rail plan, on the controller.
+
+Pure Python (standard library only) so it can be unit tested without Ansible and shared by the
+``gx10.cluster.validate_cluster`` action plugin and the ``gx10.cluster.rail_plan`` filter.
+
+Inputs are the inventory ``groups`` (only ``head`` and ``workers`` are read) and per-host variables
+(``hostvars``; only the variables in ``NODE_VARS`` are read, and only for cluster nodes). A variable
+that is absent or ``None`` takes its default, as with an Ansible argument spec.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+HEAD_GROUP = "head"
+WORKERS_GROUP = "workers"
+
+DEFAULT_RAILS: tuple[dict[str, str], ...] = (
+    {"name": "rail0", "netdev": "enp1s0f0np0", "subnet": "192.168.100.0/24"},
+    {"name": "rail1", "netdev": "enP2p1s0f0np0", "subnet": "192.168.101.0/24"},
+)
+DEFAULT_MTU = 9000
+MTU_MIN = 1280
+MTU_MAX = 9216
+# Head gets 10, workers 11, 12, ... in inventory order.
+FIRST_NODE_ID = 10
+# A /31 or /32 leaves no host address besides the network and broadcast ones.
+MAX_PREFIX = 30
+
+RAIL_KEYS = ("name", "netdev", "subnet")
+OPTIONAL_RAIL_KEYS = ("addresses",)
+# Cluster-wide variables: every node must see the same value (both ends of a link must agree).
+CLUSTER_VARS = ("gx10_rails", "gx10_rail_mtu")
+NODE_VARS = (*CLUSTER_VARS, "gx10_node_id", "gx10_mgmt_interface")
+
+_SAME_SUBNET_WHY = (
+    "on one subnet the kernel routes all traffic through one twin, so NCCL fails or runs at half "
+    "bandwidth"
+)
+_EXAMPLE_RAILS = (
+    "[{name: rail0, netdev: enp1s0f0np0, subnet: 192.168.100.0/24}, "
+    "{name: rail1, netdev: enP2p1s0f0np0, subnet: 192.168.101.0/24}]"
+)
+
+IPv4Network = ipaddress.IPv4Network
+IPv4Address = ipaddress.IPv4Address
+
+
+class ClusterPlanError(ValueError):
+    """The inventory is invalid; ``errors`` lists every problem found."""
+
+    def __init__(self, errors: Sequence[str]) -> None:
+        self.errors = list(errors)
+        super().__init__(format_errors(self.errors))
+
+
+def format_errors(errors: Sequence[str]) -> str:
+    """Render errors as the multi-line text shown to the operator."""
+    noun = "problem" if len(errors) == 1 else "problems"
+    lines = [f"Inventory validation failed ({len(errors)} {noun}):"]
+    lines.extend(f" - {error}" for error in errors)
+    return "\n".join(lines)
+
+
+def cluster_nodes(groups: Mapping[str, Any]) -> list[str]:
+    """Head host(s) then workers, in inventory order, without duplicates."""
+    nodes: list[str] = []
+    for host in [*_group(groups, HEAD_GROUP), *_group(groups, WORKERS_GROUP)]:
+        if host not in nodes:
+            nodes.append(host)
+    return nodes
+
+
+def select_node_vars(
+    groups: Mapping[str, Any], hostvars: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """Copy only the variables this module reads, for cluster nodes only.
+
+    Ansible's ``hostvars`` templates a variable when it is read; reading only ``NODE_VARS`` keeps an
+    unrelated broken variable on some host from failing the validation.
+    """
+    selected: dict[str, dict[str, Any]] = {}
+    for host in cluster_nodes(groups):
+        # Ansible's HostVars returns an undefined marker, not a KeyError, for unknown hosts.
+        host_vars = hostvars.get(host)
+        values: dict[str, Any] = {}
+        if isinstance(host_vars, Mapping):
+            for name in NODE_VARS:
+                if name in host_vars:
+                    values[name] = host_vars[name]
+        selected[host] = values
+    return selected
+
+
+def validate_cluster(
+    groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """Return every problem in the inventory (empty list: valid)."""
+    return _analyse(groups, hostvars).errors
+
+
+def build_plan(
+    groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Return the cluster plan (JSON-serialisable); raise ClusterPlanError if invalid."""
+    analysis = _analyse(groups, hostvars)
+    if analysis.errors:
+        raise ClusterPlanError(analysis.errors)
+    head = analysis.nodes[0]
+    workers = analysis.nodes[1:]
+
+    def role(host: str) -> str:
+        return "head" if host == head else "worker"
+
+    rails: list[dict[str, Any]] = [
+        {
+            "name": rail.name,
+            "netdev": rail.netdev,
+            "subnet": str(rail.network),
+            "prefix": rail.network.prefixlen,
+            "addresses": {host: str(rail.final[host]) for host in analysis.nodes},
+        }
+        for rail in analysis.rails
+        if rail.network is not None
+    ]
+    hosts: dict[str, Any] = {}
+    peers: dict[str, Any] = {}
+    for rank, host in enumerate(analysis.nodes):
+        others = [other for other in analysis.nodes if other != host]
+        hosts[host] = {
+            "rank": rank,
+            "role": role(host),
+            "node_id": analysis.node_ids[host],
+            "rails": [
+                {
+                    "name": rail["name"],
+                    "netdev": rail["netdev"],
+                    "address": rail["addresses"][host],
+                    "cidr": f"{rail['addresses'][host]}/{rail['prefix']}",
+                    "peers": {other: rail["addresses"][other] for other in others},
+                }
+                for rail in rails
+            ],
+        }
+        peers[host] = {
+            other: {rail["name"]: rail["addresses"][other] for rail in rails} for other in others
+        }
+    return {
+        "head": head,
+        "workers": workers,
+        "nodes": [
+            {"name": host, "rank": rank, "role": role(host), "node_id": analysis.node_ids[host]}
+            for rank, host in enumerate(analysis.nodes)
+        ],
+        "mtu": analysis.mtu,
+        "rails": rails,
+        "peers": peers,
+        "hosts": hosts,
+        "master_addr": rails[0]["addresses"][head],
+    }
+
+
+# --- internals -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Rail:
+    index: int
+    name: str
+    netdev: str
+    # Usable for addresses: a valid subnet that no other rail overlaps.
+    network: IPv4Network | None
+    # What the subnet covers, even with host bits set (for overlap checks), and as written.
+    extent: IPv4Network | None = None
+    subnet_text: str = ""
+    raw_addresses: Any = None
+    # host -> address actually assigned, filled in by _check_addresses
+    final: dict[str, IPv4Address] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"gx10_rails[{self.index}]"
+
+    @property
+    def called(self) -> str:
+        return f" (rail {self.name})" if self.name else ""
+
+
+@dataclass
+class _Analysis:
+    errors: list[str] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+    node_ids: dict[str, int] = field(default_factory=dict)
+    mtu: int = DEFAULT_MTU
+    rails: list[_Rail] = field(default_factory=list)
+
+
+def _analyse(
+    groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Mapping[str, Any]]
+) -> _Analysis:
+    result = _Analysis()
+    errors = result.errors
+    result.nodes = _check_groups(groups, errors)
+    node_vars: dict[str, Mapping[str, Any]] = {}
+    for host in result.nodes:
+        host_vars = hostvars.get(host)
+        node_vars[host] = host_vars if isinstance(host_vars, Mapping) else {}
+
+    cluster = _cluster_values(result.nodes, node_vars, errors)
+    result.mtu = _check_mtu(cluster["gx10_rail_mtu"], errors)
+    result.rails = _check_rails(cluster["gx10_rails"], errors)
+    _check_mgmt_interfaces(result.nodes, node_vars, result.rails, errors)
+    result.node_ids = _check_node_ids(result.nodes, node_vars, errors)
+    for rail in result.rails:
+        _check_addresses(rail, result.nodes, result.node_ids, errors)
+    return result
+
+
+def _group(groups: Mapping[str, Any], name: str) -> list[str]:
+    members = groups.get(name)
+    if isinstance(members, str) or not isinstance(members, Iterable):
+        return []
+    return [str(host) for host in members]
+
+
+def _check_groups(groups: Mapping[str, Any], errors: list[str]) -> list[str]:
+    heads = _group(groups, HEAD_GROUP)
+    workers = _group(groups, WORKERS_GROUP)
+    if not heads:
+        errors.append(
+            "groups['head'] is missing or empty: put exactly one node in the 'head' group of the "
+            "inventory (the node that serves HTTP, rank 0)."
+        )
+    elif len(heads) > 1:
+        errors.append(
+            f"groups['head'] has {len(heads)} hosts ({', '.join(heads)}): it must have exactly "
+            f"one; keep {heads[0]} there and move the others to the 'workers' group."
+        )
+    if not workers:
+        errors.append(
+            "groups['workers'] is missing or empty: add at least one node to the 'workers' group "
+            "(tensor parallelism needs two or more nodes)."
+        )
+    for host in heads:
+        if host in workers:
+            errors.append(
+                f"host {host} is in both groups['head'] and groups['workers']: a node is either "
+                "the head or a worker; remove it from one of the two groups."
+            )
+    return cluster_nodes(groups)
+
+
+_MISSING = object()
+
+
+def _value(host_vars: Mapping[str, Any], name: str) -> Any:
+    """The host's value, or _MISSING when undefined or None (then the default applies)."""
+    value = host_vars.get(name)
+    return _MISSING if value is None else value
+
+
+def _cluster_values(
+    nodes: Sequence[str], node_vars: Mapping[str, Mapping[str, Any]], errors: list[str]
+) -> dict[str, Any]:
+    """Take each cluster-wide variable from the first node; report nodes that disagree."""
+    values: dict[str, Any] = {}
+    for name in CLUSTER_VARS:
+        reference = _value(node_vars[nodes[0]], name) if nodes else _MISSING
+        for host in nodes[1:]:
+            value = _value(node_vars[host], name)
+            if _plain(value) != _plain(reference):
+                errors.append(
+                    f"{name} on host {host} is {_show(value)} but on {nodes[0]} it is "
+                    f"{_show(reference)}: it is cluster-wide (both ends of every link must agree); "
+                    "define it once for all nodes, e.g. in group_vars/all.yml."
+                )
+        values[name] = reference
+    return values
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_mtu(value: Any, errors: list[str]) -> int:
+    if value is _MISSING:
+        return DEFAULT_MTU
+    if not _is_int(value):
+        errors.append(
+            f"gx10_rail_mtu must be an integer between {MTU_MIN} and {MTU_MAX}, got {_show(value)} "
+            f"({_type_name(value)}): write a plain number, e.g. gx10_rail_mtu: {DEFAULT_MTU}."
+        )
+        return DEFAULT_MTU
+    if not MTU_MIN <= value <= MTU_MAX:
+        errors.append(
+            f"gx10_rail_mtu is {value}, out of range: allowed {MTU_MIN}..{MTU_MAX}; use "
+            f"{DEFAULT_MTU} (jumbo frames, what the rails are verified with)."
+        )
+        return DEFAULT_MTU
+    return int(value)
+
+
+def _check_rails(value: Any, errors: list[str]) -> list[_Rail]:
+    if value is _MISSING:
+        value = [dict(rail) for rail in DEFAULT_RAILS]
+    if not _is_list(value) or not value:
+        errors.append(
+            f"gx10_rails must be a non-empty list of rails, got {_show(value)}: define it like "
+            f"{_EXAMPLE_RAILS}, or leave it undefined for that default."
+        )
+        return []
+    rails: list[_Rail] = []
+    for index, raw in enumerate(value):
+        rail = _check_rail(index, raw, errors)
+        if rail is not None:
+            rails.append(rail)
+    _check_unique(rails, "name", errors, "give every rail its own name")
+    _check_unique(
+        rails,
+        "netdev",
+        errors,
+        "each rail is its own interface (one per CX-7 twin, e.g. enp1s0f0np0 and enP2p1s0f0np0)",
+    )
+    _check_subnet_overlaps(rails, errors)
+    return rails
+
+
+def _check_rail(index: int, raw: Any, errors: list[str]) -> _Rail | None:
+    label = f"gx10_rails[{index}]"
+    if not isinstance(raw, Mapping):
+        errors.append(
+            f"{label} must be a mapping with keys name, netdev and subnet, got {_show(raw)}: "
+            "write it like {name: rail0, netdev: enp1s0f0np0, subnet: 192.168.100.0/24}."
+        )
+        return None
+    name = raw.get("name")
+    called = f" (rail {name})" if isinstance(name, str) and name else ""
+    missing = [key for key in RAIL_KEYS if raw.get(key) is None]
+    if missing:
+        errors.append(
+            f"{label}{called} is missing {_keys(missing)}: every rail needs name, netdev and "
+            "subnet, e.g. {name: rail0, netdev: enp1s0f0np0, subnet: 192.168.100.0/24}."
+        )
+    unknown = [str(key) for key in raw if key not in RAIL_KEYS + OPTIONAL_RAIL_KEYS]
+    if unknown:
+        errors.append(
+            f"{label}{called} has unknown {_keys(unknown)}: allowed keys are "
+            f"{', '.join(RAIL_KEYS + OPTIONAL_RAIL_KEYS)}; fix the spelling or remove the key."
+        )
+    ok = not missing
+    for key in ("name", "netdev"):
+        item = raw.get(key)
+        if item is not None and (not isinstance(item, str) or not item.strip()):
+            errors.append(
+                f"{label}.{key}{called} must be a non-empty string, got {_show(item)}: e.g. "
+                f"{key}: {DEFAULT_RAILS[0][key]}."
+            )
+            ok = False
+    extent, exact = None, False
+    if raw.get("subnet") is not None:
+        extent, exact = _check_subnet(f"{label}.subnet", called, raw["subnet"], errors)
+    if not ok:
+        return None
+    return _Rail(
+        index=index,
+        name=str(raw["name"]),
+        netdev=str(raw["netdev"]),
+        network=extent if exact else None,
+        extent=extent,
+        subnet_text=str(raw["subnet"]).strip(),
+        raw_addresses=raw.get("addresses"),
+    )
+
+
+def _check_subnet(
+    label: str, called: str, value: Any, errors: list[str]
+) -> tuple[IPv4Network | None, bool]:
+    """(the subnet, or None if unusable; whether it is valid as written)."""
+    example = "e.g. 192.168.100.0/24"
+    if not isinstance(value, str) or "/" not in value:
+        errors.append(
+            f"{label}{called} is {_show(value)}, not an IPv4 subnet in CIDR notation: write "
+            f"network/prefix, {example}."
+        )
+        return None, False
+    text = value.strip()
+    try:
+        network = ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        errors.append(
+            f"{label}{called} is {_show(value)}, not a valid IPv4 subnet in CIDR notation: write "
+            f"network/prefix, {example}."
+        )
+        return None, False
+    if not text.split("/", 1)[1].isdigit():
+        errors.append(
+            f"{label}{called} is {_show(value)}: write the prefix length, not a netmask: "
+            f"{network.with_prefixlen}."
+        )
+        return None, False
+    if not isinstance(network, IPv4Network):
+        errors.append(
+            f"{label}{called} is {_show(value)}, an IPv6 subnet: rails need IPv4 (RoCE v2 GIDs "
+            f"are derived from IPv4 addresses, ::ffff:a.b.c.d); use an IPv4 subnet, {example}."
+        )
+        return None, False
+    if network.prefixlen > MAX_PREFIX:
+        errors.append(
+            f"{label}{called} is {_show(value)}: prefix /{network.prefixlen} is longer than "
+            f"/{MAX_PREFIX} and leaves no room for node addresses; use /{MAX_PREFIX} or shorter, "
+            f"{example}."
+        )
+        return None, False
+    if ipaddress.ip_interface(text).ip != network.network_address:
+        errors.append(
+            f"{label}{called} is {_show(value)}, which has host bits set: use the network "
+            f"address {network.with_prefixlen} (node addresses come from gx10_node_id)."
+        )
+        return network, False
+    return network, True
+
+
+def _check_unique(rails: Sequence[_Rail], key: str, errors: list[str], fix: str) -> None:
+    seen: dict[str, _Rail] = {}
+    for rail in rails:
+        value = str(getattr(rail, key))
+        first = seen.setdefault(value, rail)
+        if first is not rail:
+            errors.append(
+                f"{rail.label}.{key} '{value}' is also used by {first.label}{first.called}: {fix}."
+            )
+
+
+def _check_subnet_overlaps(rails: Sequence[_Rail], errors: list[str]) -> None:
+    extents = [(rail, rail.extent) for rail in rails if rail.extent is not None]
+    taken = [extent for _, extent in extents]
+    for position, (rail, extent) in enumerate(extents):
+        for earlier, earlier_extent in extents[:position]:
+            if not extent.overlaps(earlier_extent):
+                continue
+            relation = "is the same subnet as" if extent == earlier_extent else "overlaps"
+            suggestion = _free_subnet(extent, taken)
+            fix = "give each rail its own, non-overlapping subnet" + (
+                f", e.g. {suggestion} for {rail.name}" if suggestion else ""
+            )
+            errors.append(
+                f"{rail.label}.subnet '{rail.subnet_text}'{rail.called} {relation} "
+                f"{earlier.label}.subnet '{earlier.subnet_text}'{earlier.called}: "
+                f"{_SAME_SUBNET_WHY}; {fix}."
+            )
+            rail.network = None  # no address checks on a subnet that must change anyway
+            break
+
+
+def _free_subnet(network: IPv4Network, taken: Sequence[IPv4Network]) -> IPv4Network | None:
+    """The next subnet of the same size that no rail uses (for the error message)."""
+    candidate = network
+    for _ in range(256):
+        upper = int(candidate.broadcast_address) + 1
+        if upper > int(IPv4Address("255.255.255.255")):
+            return None
+        candidate = IPv4Network((upper, candidate.prefixlen))
+        if not any(candidate.overlaps(other) for other in taken):
+            return candidate
+    return None
+
+
+def _check_mgmt_interfaces(
+    nodes: Sequence[str],
+    node_vars: Mapping[str, Mapping[str, Any]],
+    rails: Sequence[_Rail],
+    errors: list[str],
+) -> None:
+    for host in nodes:
+        mgmt = _value(node_vars[host], "gx10_mgmt_interface")
+        if mgmt is _MISSING:
+            continue
+        if not isinstance(mgmt, str) or not mgmt.strip():
+            errors.append(
+                f"gx10_mgmt_interface on host {host} must be the name of a network interface, got "
+                f"{_show(mgmt)}: set it to the netdev that carries the management connection "
+                "(e.g. enP7s7), or leave it undefined."
+            )
+            continue
+        for rail in rails:
+            if rail.netdev == mgmt:
+                errors.append(
+                    f"gx10_mgmt_interface on host {host} is '{mgmt}', which is also "
+                    f"{rail.label}.netdev{rail.called}: never reconfigure the interface that "
+                    "carries the management connection; use a different netdev for the rail, or "
+                    "correct gx10_mgmt_interface."
+                )
+
+
+def _check_node_ids(
+    nodes: Sequence[str], node_vars: Mapping[str, Mapping[str, Any]], errors: list[str]
+) -> dict[str, int]:
+    node_ids: dict[str, int] = {}
+    defaulted: set[str] = set()
+    owner: dict[int, str] = {}
+    for position, host in enumerate(nodes):
+        value = _value(node_vars[host], "gx10_node_id")
+        if value is _MISSING:
+            value = FIRST_NODE_ID + position
+            defaulted.add(host)
+        elif not _is_int(value):
+            errors.append(
+                f"gx10_node_id on host {host} must be an integer, got {_show(value)} "
+                f"({_type_name(value)}): set the host number it uses in every rail subnet "
+                f"as a plain number, e.g. gx10_node_id: {FIRST_NODE_ID + position}."
+            )
+            continue
+        elif value < 1:
+            errors.append(
+                f"gx10_node_id on host {host} is {value}: it must be 1 or greater (0 is the "
+                f"network address of every rail); e.g. gx10_node_id: {FIRST_NODE_ID + position}."
+            )
+            continue
+        value = int(value)
+        if value in owner:
+            first = owner[value]
+            errors.append(
+                f"gx10_node_id {value} is used by both {first}{_origin(first, defaulted)} and "
+                f"{host}{_origin(host, defaulted)}: node ids must be unique (each is the node's "
+                f"host number on every rail); set a different gx10_node_id on {host}."
+            )
+            continue
+        owner[value] = host
+        node_ids[host] = value
+    return node_ids
+
+
+def _origin(host: str, defaulted: set[str]) -> str:
+    return " (default: head 10, workers 11, 12, ...)" if host in defaulted else ""
+
+
+def _explicit_addresses(rail: _Rail, nodes: Sequence[str], errors: list[str]) -> dict[str, Any]:
+    """The rail's ``addresses`` override as {host: raw value}; reports a bad shape or host."""
+    raw = rail.raw_addresses
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        example = rail.network.network_address + FIRST_NODE_ID if rail.network else "..."
+        errors.append(
+            f"{rail.label}.addresses{rail.called} must be a mapping of host to IPv4 address, got "
+            f"{_show(raw)}: e.g. addresses: {{{nodes[0] if nodes else 'gx10-a'}: {example}}}, or "
+            "leave it out to derive the addresses from gx10_node_id."
+        )
+        return {}
+    explicit = {str(host): ip for host, ip in raw.items()}
+    for host in explicit:
+        if host not in nodes:
+            errors.append(
+                f"{rail.label}.addresses{rail.called} names host '{host}', which is not in "
+                "groups['head'] or groups['workers']: fix the host name or remove the entry."
+            )
+    return explicit
+
+
+@dataclass
+class _Candidate:
+    """The address a node would get on a rail, and how to change it."""
+
+    source: str  # the variable the address comes from
+    address: IPv4Address | None  # None: beyond 255.255.255.255
+    what: str  # start of an error sentence
+    fix: str
+
+
+def _candidate(
+    rail: _Rail,
+    host: str,
+    explicit: Mapping[str, Any],
+    node_ids: Mapping[str, int],
+    errors: list[str],
+) -> _Candidate | None:
+    network = rail.network
+    if network is None:
+        return None
+    usable = f"{network.network_address + 1}..{network.broadcast_address - 1}"
+    if host in explicit:
+        source = f"{rail.label}.addresses['{host}']"
+        value = explicit[host]
+        address = _parse_address(value)
+        if address is None:
+            errors.append(
+                f"{source}{rail.called} is {_show(value)}, not an IPv4 address: write a plain "
+                f"address without prefix, in {usable}."
+            )
+            return None
+        return _Candidate(
+            source, address, f"{source}{rail.called} is {address}", f"use an address in {usable}"
+        )
+    if host not in node_ids:
+        return None  # invalid gx10_node_id, already reported
+    node_id = node_ids[host]
+    source = f"gx10_node_id {node_id} on host {host}"
+    try:
+        address = network.network_address + node_id
+    except ipaddress.AddressValueError:
+        address = None
+    shown = "an address beyond 255.255.255.255" if address is None else str(address)
+    return _Candidate(
+        source,
+        address,
+        f"{source} gives {shown} on {rail.label}{rail.called}",
+        f"choose a gx10_node_id between 1 and {network.num_addresses - 2}, use a larger subnet, "
+        f"or set {rail.label}.addresses['{host}']",
+    )
+
+
+def _parse_address(value: Any) -> IPv4Address | None:
+    if not isinstance(value, str) or "/" in value:
+        return None
+    try:
+        return IPv4Address(value.strip())
+    except ValueError:
+        return None
+
+
+def _check_addresses(
+    rail: _Rail, nodes: Sequence[str], node_ids: Mapping[str, int], errors: list[str]
+) -> None:
+    """Fill rail.final with each node's address; report bad or duplicate ones."""
+    network = rail.network
+    if network is None:
+        return
+    explicit = _explicit_addresses(rail, nodes, errors)
+    owner: dict[IPv4Address, tuple[str, str]] = {}
+    for host in nodes:
+        candidate = _candidate(rail, host, explicit, node_ids, errors)
+        if candidate is None:
+            continue
+        address, what, fix = candidate.address, candidate.what, candidate.fix
+        if address is None or address not in network:
+            errors.append(f"{what}, outside subnet {network}: {fix}.")
+        elif address == network.network_address:
+            errors.append(f"{what}, the network address of {network}: {fix}.")
+        elif address == network.broadcast_address:
+            errors.append(f"{what}, the broadcast address of {network}: {fix}.")
+        elif address in owner:
+            other, other_source = owner[address]
+            errors.append(
+                f"{other} ({other_source}) and {host} ({candidate.source}) both get address "
+                f"{address} on {rail.label}{rail.called}: every node needs its own address on "
+                "every rail; change one of them."
+            )
+        else:
+            owner[address] = (host, candidate.source)
+            rail.final[host] = address
+
+
+def _is_list(value: Any) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, str | bytes)
+
+
+def _type_name(value: Any) -> str:
+    """The builtin type name: Ansible may hand over subclasses (tagged str, lazy containers)."""
+    for kind in (bool, int, float, str, bytes, Mapping, list, tuple):
+        if isinstance(value, kind):
+            return "dict" if kind is Mapping else kind.__name__
+    return type(value).__name__
+
+
+def _keys(keys: Sequence[str]) -> str:
+    word = "key" if len(keys) == 1 else "keys"
+    return f"{word} {', '.join(repr(key) for key in keys)}"
+
+
+def _plain(value: Any) -> Any:
+    """Plain dicts/lists/scalars, so values from Ansible's lazy containers compare and print."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if _is_list(value):
+        return [_plain(item) for item in value]
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def _show(value: Any, limit: int = 160) -> str:
+    if value is _MISSING:
+        return "undefined"
+    text = repr(_plain(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."

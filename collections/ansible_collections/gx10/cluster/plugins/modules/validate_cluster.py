@@ -1,0 +1,159 @@
+# SPDX-License-Identifier: Apache-2.0
+# Documentation only: the work is done on the controller by plugins/action/validate_cluster.py.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: validate_cluster
+short_description: Validate the whole gx10 inventory and compute the cluster rail plan
+version_added: 0.1.0
+description:
+  - Checks the C(head) and C(workers) groups and the C(gx10_*) variables of every node before
+    anything on any node is changed, and reports B(all) problems at once. Each message names the
+    variable, the bad value, the host where relevant, and the fix.
+  - Checks groups (exactly one head, at least one worker, no host in both), the variable
+    C(gx10_rails) (non-empty list of C({name, netdev, subnet}) with optional C(addresses)), unique
+    rail names and netdevs, IPv4 subnets in CIDR notation without host bits, no longer than /30,
+    no two rails on the same or overlapping subnets, C(gx10_node_id) (positive, unique integers),
+    every node address inside its subnet and unique, C(gx10_rail_mtu) in 1280..9216, and that no
+    rail uses a node's C(gx10_mgmt_interface).
+  - On success returns the cluster plan (ranks, rail addresses, peers, C(master_addr)), the same
+    value as the P(gx10.cluster.rail_plan#filter) filter.
+  - Defaults when a variable is undefined or null. C(gx10_rails) is rail0 C(enp1s0f0np0)
+    C(192.168.100.0/24) and rail1 C(enP2p1s0f0np0) C(192.168.101.0/24); C(gx10_rail_mtu) is
+    C(9000); C(gx10_node_id) is 10 for the head and 11, 12, ... for the workers in inventory order.
+  - C(gx10_rails) and C(gx10_rail_mtu) are cluster-wide; a node that sees a different value than
+    the first node is an error.
+  - Run it once (with C(run_once) set), in the first play, before any other task.
+options:
+  groups:
+    description:
+      - Inventory groups to read; only C(head) and C(workers) are used.
+      - Defaults to the inventory's C(groups).
+    type: dict
+  hostvars:
+    description:
+      - Variables per host; only the C(gx10_*) variables of hosts in C(head) and C(workers) are
+        read.
+      - Defaults to the inventory's C(hostvars).
+    type: dict
+attributes:
+  action:
+    description: Runs as an action plugin on the controller.
+    support: full
+  check_mode:
+    description: Read-only; runs the same in check mode.
+    support: full
+  diff_mode:
+    description: Changes nothing, so there is no diff.
+    support: none
+  platform:
+    description: Runs on the controller only and never connects to the target host.
+    platforms: all
+author:
+  - gx10 maintainers
+"""
+
+EXAMPLES = r"""
+- name: Validate the inventory before touching any node
+  hosts: gx10
+  gather_facts: false
+  tasks:
+    - name: Validate groups, rails, node ids and addresses
+      gx10.cluster.validate_cluster:
+      run_once: true
+      register: __gx10_validation
+
+    - name: Share the cluster plan with every node
+      ansible.builtin.set_fact:
+        gx10_plan: "{{ __gx10_validation.plan }}"
+
+- name: Validate an inventory given as data (for example in a test)
+  gx10.cluster.validate_cluster:
+    groups:
+      head: [gx10-a]
+      workers: [gx10-b]
+    hostvars:
+      gx10-a: {}
+      gx10-b: {gx10_mgmt_interface: enP7s7}
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+msg:
+  description:
+    - On failure, a first line C(Inventory validation failed) with the number of problems, then
+      one line per problem.
+    - On success, a one-line summary.
+  returned: always
+  type: str
+  sample: "Inventory validation failed (1 problem):\n - groups['workers'] is missing or empty: ..."
+errors:
+  description: Every problem found, one message each.
+  returned: failure
+  type: list
+  elements: str
+plan:
+  description: The cluster plan.
+  returned: success
+  type: dict
+  contains:
+    head:
+      description: The head node (rank 0).
+      type: str
+      sample: gx10-a
+    workers:
+      description: The worker nodes, ranks 1..N in inventory order.
+      type: list
+      elements: str
+      sample: [gx10-b]
+    nodes:
+      description: Every node as C({name, rank, role, node_id}); role is C(head) or C(worker).
+      type: list
+      elements: dict
+      sample: [{name: gx10-a, rank: 0, role: head, node_id: 10}]
+    mtu:
+      description: MTU of every rail interface.
+      type: int
+      sample: 9000
+    rails:
+      description:
+        - One entry per rail, C({name, netdev, subnet, prefix, addresses}); C(addresses) maps each
+          node to its IPv4 address on this rail.
+      type: list
+      elements: dict
+      sample:
+        - name: rail0
+          netdev: enp1s0f0np0
+          subnet: 192.168.100.0/24
+          prefix: 24
+          addresses: {gx10-a: 192.168.100.10, gx10-b: 192.168.100.11}
+    peers:
+      description:
+        - For each node, every other node's address on each rail (node -> peer -> rail -> IP).
+      type: dict
+      sample: {gx10-a: {gx10-b: {rail0: 192.168.100.11, rail1: 192.168.101.11}}}
+    hosts:
+      description:
+        - Per node, C({rank, role, node_id, rails}); each rail is
+          C({name, netdev, address, cidr, peers}) with C(peers) mapping the other nodes to their
+          address on that rail.
+      type: dict
+      sample:
+        gx10-a:
+          rank: 0
+          role: head
+          node_id: 10
+          rails:
+            - name: rail0
+              netdev: enp1s0f0np0
+              address: 192.168.100.10
+              cidr: 192.168.100.10/24
+              peers: {gx10-b: 192.168.100.11}
+    master_addr:
+      description: The head's address on the first rail (vLLM C(--master-addr)).
+      type: str
+      sample: 192.168.100.10
+"""

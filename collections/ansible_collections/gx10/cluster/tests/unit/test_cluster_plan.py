@@ -1,0 +1,658 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Unit tests for module_utils/cluster_plan.py and the rail_plan filter."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gx10.cluster.plugins.filter.rail_plan import FilterModule, rail_plan
+from ansible_collections.gx10.cluster.plugins.module_utils.cluster_plan import (
+    DEFAULT_RAILS,
+    NODE_VARS,
+    ClusterPlanError,
+    build_plan,
+    format_errors,
+    select_node_vars,
+    validate_cluster,
+)
+
+TWO = {"head": ["gx10-a"], "workers": ["gx10-b"]}
+THREE = {"head": ["gx10-a"], "workers": ["gx10-b", "gx10-c"]}
+
+
+def rails(*subnets: str, **extra: Any) -> list[dict[str, Any]]:
+    """Rails rail0, rail1, ... on netdevs eth0, eth1, ... with the given subnets."""
+    return [
+        {"name": f"rail{i}", "netdev": f"eth{i}", "subnet": subnet, **extra}
+        for i, subnet in enumerate(subnets)
+    ]
+
+
+def cluster(
+    groups: Mapping[str, list[str]] = TWO, per_host: Mapping[str, Any] | None = None, **common: Any
+) -> tuple[Mapping[str, list[str]], dict[str, dict[str, Any]]]:
+    """Hostvars for every node: ``common`` cluster-wide variables plus per-host ones."""
+    hosts = [*groups.get("head", []), *groups.get("workers", [])]
+    hostvars = {host: copy.deepcopy(common) for host in hosts}
+    for host, values in (per_host or {}).items():
+        hostvars.setdefault(host, {}).update(values)
+    return groups, hostvars
+
+
+def errors_of(
+    groups: Mapping[str, list[str]] = TWO, per_host: Mapping[str, Any] | None = None, **common: Any
+) -> list[str]:
+    return validate_cluster(*cluster(groups, per_host, **common))
+
+
+def one_error(
+    groups: Mapping[str, list[str]] = TWO, per_host: Mapping[str, Any] | None = None, **common: Any
+) -> str:
+    errors = errors_of(groups, per_host, **common)
+    assert len(errors) == 1, errors
+    return errors[0]
+
+
+def assert_mentions(message: str, *fragments: str) -> None:
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+
+
+# --- plans -------------------------------------------------------------------------------------
+
+
+def test_default_plan_for_two_nodes() -> None:
+    plan = build_plan(TWO, {"gx10-a": {}, "gx10-b": {}})
+
+    assert plan == {
+        "head": "gx10-a",
+        "workers": ["gx10-b"],
+        "nodes": [
+            {"name": "gx10-a", "rank": 0, "role": "head", "node_id": 10},
+            {"name": "gx10-b", "rank": 1, "role": "worker", "node_id": 11},
+        ],
+        "mtu": 9000,
+        "rails": [
+            {
+                "name": "rail0",
+                "netdev": "enp1s0f0np0",
+                "subnet": "192.168.100.0/24",
+                "prefix": 24,
+                "addresses": {"gx10-a": "192.168.100.10", "gx10-b": "192.168.100.11"},
+            },
+            {
+                "name": "rail1",
+                "netdev": "enP2p1s0f0np0",
+                "subnet": "192.168.101.0/24",
+                "prefix": 24,
+                "addresses": {"gx10-a": "192.168.101.10", "gx10-b": "192.168.101.11"},
+            },
+        ],
+        "peers": {
+            "gx10-a": {"gx10-b": {"rail0": "192.168.100.11", "rail1": "192.168.101.11"}},
+            "gx10-b": {"gx10-a": {"rail0": "192.168.100.10", "rail1": "192.168.101.10"}},
+        },
+        "hosts": {
+            "gx10-a": {
+                "rank": 0,
+                "role": "head",
+                "node_id": 10,
+                "rails": [
+                    {
+                        "name": "rail0",
+                        "netdev": "enp1s0f0np0",
+                        "address": "192.168.100.10",
+                        "cidr": "192.168.100.10/24",
+                        "peers": {"gx10-b": "192.168.100.11"},
+                    },
+                    {
+                        "name": "rail1",
+                        "netdev": "enP2p1s0f0np0",
+                        "address": "192.168.101.10",
+                        "cidr": "192.168.101.10/24",
+                        "peers": {"gx10-b": "192.168.101.11"},
+                    },
+                ],
+            },
+            "gx10-b": {
+                "rank": 1,
+                "role": "worker",
+                "node_id": 11,
+                "rails": [
+                    {
+                        "name": "rail0",
+                        "netdev": "enp1s0f0np0",
+                        "address": "192.168.100.11",
+                        "cidr": "192.168.100.11/24",
+                        "peers": {"gx10-a": "192.168.100.10"},
+                    },
+                    {
+                        "name": "rail1",
+                        "netdev": "enP2p1s0f0np0",
+                        "address": "192.168.101.11",
+                        "cidr": "192.168.101.11/24",
+                        "peers": {"gx10-a": "192.168.101.10"},
+                    },
+                ],
+            },
+        },
+        "master_addr": "192.168.100.10",
+    }
+
+
+def test_plan_is_json_serialisable_and_plain() -> None:
+    plan = build_plan(*cluster(THREE))
+    assert json.loads(json.dumps(plan)) == plan
+
+
+def test_missing_hostvars_and_null_values_take_the_defaults() -> None:
+    explicit_nulls = {
+        "gx10-a": dict.fromkeys(NODE_VARS),
+        "gx10-b": {"gx10_node_id": None},
+    }
+    assert build_plan(TWO, explicit_nulls) == build_plan(TWO, {})
+
+
+def test_three_nodes_ranks_ids_and_peers() -> None:
+    plan = build_plan(*cluster(THREE))
+
+    assert plan["workers"] == ["gx10-b", "gx10-c"]
+    assert [(n["name"], n["rank"], n["role"], n["node_id"]) for n in plan["nodes"]] == [
+        ("gx10-a", 0, "head", 10),
+        ("gx10-b", 1, "worker", 11),
+        ("gx10-c", 2, "worker", 12),
+    ]
+    assert plan["rails"][1]["addresses"] == {
+        "gx10-a": "192.168.101.10",
+        "gx10-b": "192.168.101.11",
+        "gx10-c": "192.168.101.12",
+    }
+    assert plan["hosts"]["gx10-b"]["rails"][0]["peers"] == {
+        "gx10-a": "192.168.100.10",
+        "gx10-c": "192.168.100.12",
+    }
+    assert plan["peers"]["gx10-c"] == {
+        "gx10-a": {"rail0": "192.168.100.10", "rail1": "192.168.101.10"},
+        "gx10-b": {"rail0": "192.168.100.11", "rail1": "192.168.101.11"},
+    }
+    assert plan["master_addr"] == "192.168.100.10"
+
+
+def test_workers_keep_inventory_order_not_alphabetical() -> None:
+    plan = build_plan(*cluster({"head": ["gx10-z"], "workers": ["gx10-c", "gx10-b"]}))
+
+    assert plan["workers"] == ["gx10-c", "gx10-b"]
+    assert plan["hosts"]["gx10-c"]["rank"] == 1
+    assert plan["hosts"]["gx10-c"]["node_id"] == 11
+    assert plan["hosts"]["gx10-b"]["rails"][0]["address"] == "192.168.100.12"
+    assert plan["master_addr"] == "192.168.100.10"
+
+
+def test_explicit_node_ids_and_addresses() -> None:
+    custom = rails("10.0.0.0/16", "10.1.0.0/24")
+    custom[1]["addresses"] = {"gx10-b": "10.1.0.200"}
+    groups, hostvars = cluster(
+        per_host={"gx10-a": {"gx10_node_id": 1}, "gx10-b": {"gx10_node_id": 300}},
+        gx10_rails=custom,
+        gx10_rail_mtu=1500,
+    )
+    # /24 rail: node id 300 does not fit, but gx10-b has an explicit address there.
+    plan = build_plan(groups, hostvars)
+
+    assert plan["mtu"] == 1500
+    assert plan["rails"][0]["addresses"] == {"gx10-a": "10.0.0.1", "gx10-b": "10.0.1.44"}
+    assert plan["rails"][1]["addresses"] == {"gx10-a": "10.1.0.1", "gx10-b": "10.1.0.200"}
+    assert plan["rails"][0]["prefix"] == 16
+    assert plan["hosts"]["gx10-b"]["rails"][1]["cidr"] == "10.1.0.200/24"
+    assert plan["hosts"]["gx10-b"]["node_id"] == 300
+    assert plan["master_addr"] == "10.0.0.1"
+
+
+def test_single_rail_and_smallest_subnet() -> None:
+    groups, hostvars = cluster(
+        per_host={"gx10-a": {"gx10_node_id": 1}, "gx10-b": {"gx10_node_id": 2}},
+        gx10_rails=rails("192.168.50.4/30"),
+    )
+    plan = build_plan(groups, hostvars)
+
+    assert plan["rails"][0]["addresses"] == {"gx10-a": "192.168.50.5", "gx10-b": "192.168.50.6"}
+    assert plan["hosts"]["gx10-a"]["rails"][0]["cidr"] == "192.168.50.5/30"
+
+
+@pytest.mark.parametrize("mtu", [1280, 9216])
+def test_mtu_bounds_are_accepted(mtu: int) -> None:
+    assert build_plan(*cluster(gx10_rail_mtu=mtu))["mtu"] == mtu
+
+
+def test_mgmt_interface_on_another_netdev_is_fine() -> None:
+    assert errors_of(per_host={"gx10-a": {"gx10_mgmt_interface": "enP7s7"}}) == []
+
+
+def test_default_rails_are_not_mutated() -> None:
+    before = copy.deepcopy(DEFAULT_RAILS)
+    build_plan(*cluster(THREE))
+    assert before == DEFAULT_RAILS
+
+
+# --- groups ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("groups", [{"workers": ["gx10-b"]}, {"head": [], "workers": ["gx10-b"]}])
+def test_head_group_missing_or_empty(groups: dict[str, list[str]]) -> None:
+    assert_mentions(one_error(groups), "groups['head']", "missing or empty", "exactly one node")
+
+
+def test_head_group_with_two_hosts() -> None:
+    error = one_error({"head": ["gx10-a", "gx10-c"], "workers": ["gx10-b"]})
+    assert_mentions(
+        error, "groups['head']", "2 hosts (gx10-a, gx10-c)", "exactly one", "move the others"
+    )
+
+
+@pytest.mark.parametrize("groups", [{"head": ["gx10-a"]}, {"head": ["gx10-a"], "workers": []}])
+def test_no_workers(groups: dict[str, list[str]]) -> None:
+    assert_mentions(one_error(groups), "groups['workers']", "missing or empty", "add at least one")
+
+
+def test_host_in_both_groups() -> None:
+    error = one_error({"head": ["gx10-a"], "workers": ["gx10-a", "gx10-b"]})
+    assert_mentions(
+        error, "gx10-a", "both groups['head'] and groups['workers']", "remove it from one"
+    )
+
+
+# --- rails -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [("eth0", "'eth0'"), ([], "[]"), ({"name": "rail0"}, "{'name': 'rail0'}"), (5, "5")],
+)
+def test_rails_not_a_non_empty_list(value: Any, shown: str) -> None:
+    error = one_error(gx10_rails=value)
+    assert_mentions(error, "gx10_rails must be a non-empty list", f"got {shown}", "define it like")
+
+
+def test_rail_not_a_mapping() -> None:
+    error = one_error(gx10_rails=[*rails("10.0.0.0/24"), "rail1"])
+    assert_mentions(error, "gx10_rails[1]", "must be a mapping", "got 'rail1'", "write it like")
+
+
+def test_rail_missing_keys() -> None:
+    error = one_error(gx10_rails=[{"name": "rail0"}])
+    assert_mentions(
+        error, "gx10_rails[0] (rail rail0)", "missing keys 'netdev', 'subnet'", "every rail needs"
+    )
+
+
+def test_rail_unknown_key_catches_typos() -> None:
+    custom = rails("10.0.0.0/24")
+    custom[0]["adresses"] = {"gx10-a": "10.0.0.5"}
+    error = one_error(gx10_rails=custom)
+    assert_mentions(
+        error, "gx10_rails[0] (rail rail0)", "unknown key 'adresses'", "fix the spelling"
+    )
+
+
+def test_rail_name_must_be_a_string() -> None:
+    custom = rails("10.0.0.0/24")
+    custom[0]["name"] = 7
+    assert_mentions(one_error(gx10_rails=custom), "gx10_rails[0].name", "got 7", "name: rail0")
+
+
+def test_duplicate_rail_names() -> None:
+    custom = rails("10.0.0.0/24", "10.0.1.0/24")
+    custom[1]["name"] = "rail0"
+    error = one_error(gx10_rails=custom)
+    assert_mentions(
+        error, "gx10_rails[1].name 'rail0'", "also used by gx10_rails[0]", "its own name"
+    )
+
+
+def test_duplicate_rail_netdevs() -> None:
+    custom = rails("10.0.0.0/24", "10.0.1.0/24")
+    custom[1]["netdev"] = "eth0"
+    error = one_error(gx10_rails=custom)
+    assert_mentions(
+        error, "gx10_rails[1].netdev 'eth0'", "also used by gx10_rails[0] (rail rail0)", "twin"
+    )
+
+
+@pytest.mark.parametrize(
+    ("subnet", "fragments"),
+    [
+        ("192.168.100.0", ["'192.168.100.0'", "CIDR notation", "e.g. 192.168.100.0/24"]),
+        ("192.168.300.0/24", ["'192.168.300.0/24'", "not a valid IPv4 subnet", "network/prefix"]),
+        ("rail-net", ["'rail-net'", "CIDR notation", "network/prefix"]),
+        (24, ["is 24", "CIDR notation", "network/prefix"]),
+        ("192.168.100.0/255.255.255.0", ["prefix length, not a netmask", "192.168.100.0/24"]),
+        (
+            "192.168.100.1/24",
+            ["'192.168.100.1/24'", "host bits set", "use the network address 192.168.100.0/24"],
+        ),
+        ("fd00:100::/64", ["'fd00:100::/64'", "IPv6", "use an IPv4 subnet"]),
+        ("192.168.100.0/31", ["'192.168.100.0/31'", "/31 is longer than /30", "/30 or shorter"]),
+        ("192.168.100.7/32", ["/32 is longer than /30", "/30 or shorter"]),
+    ],
+)
+def test_invalid_subnet(subnet: Any, fragments: list[str]) -> None:
+    custom = rails("10.0.0.0/24", "10.0.1.0/24")
+    custom[1]["subnet"] = subnet
+    error = one_error(gx10_rails=custom)
+    assert_mentions(error, "gx10_rails[1].subnet (rail rail1)", *fragments)
+
+
+def test_same_subnet_on_two_rails() -> None:
+    error = one_error(gx10_rails=rails("192.168.100.0/24", "192.168.100.0/24"))
+    assert_mentions(
+        error,
+        "gx10_rails[1].subnet '192.168.100.0/24' (rail rail1)",
+        "is the same subnet as gx10_rails[0].subnet '192.168.100.0/24' (rail rail0)",
+        "on one subnet the kernel routes all traffic through one twin",
+        "e.g. 192.168.101.0/24 for rail1",
+    )
+
+
+def test_overlapping_subnets_name_both_rails() -> None:
+    error = one_error(gx10_rails=rails("192.168.0.0/16", "192.168.101.0/24"))
+    assert_mentions(
+        error,
+        "gx10_rails[1].subnet '192.168.101.0/24' (rail rail1)",
+        "overlaps gx10_rails[0].subnet '192.168.0.0/16' (rail rail0)",
+        "on one subnet the kernel routes all traffic through one twin",
+        "non-overlapping subnet, e.g. 192.169.0.0/24",
+    )
+
+
+def test_overlap_is_reported_even_when_the_other_subnet_has_host_bits() -> None:
+    errors = errors_of(gx10_rails=rails("192.168.100.1/24", "192.168.100.128/25"))
+    assert len(errors) == 2, errors
+    assert_mentions(errors[0], "host bits set")
+    assert_mentions(errors[1], "'192.168.100.128/25'", "overlaps", "'192.168.100.1/24'")
+
+
+# --- node ids and addresses -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"), [("11", "'11' (str)"), (1.5, "1.5 (float)"), (True, "True (bool)")]
+)
+def test_node_id_not_an_int(value: Any, shown: str) -> None:
+    error = one_error(per_host={"gx10-b": {"gx10_node_id": value}})
+    assert_mentions(
+        error,
+        "gx10_node_id on host gx10-b",
+        "must be an integer",
+        f"got {shown}",
+        "gx10_node_id: 11",
+    )
+
+
+@pytest.mark.parametrize("value", [0, -3])
+def test_node_id_below_one(value: int) -> None:
+    error = one_error(per_host={"gx10-b": {"gx10_node_id": value}})
+    assert_mentions(
+        error, f"gx10_node_id on host gx10-b is {value}", "1 or greater", "gx10_node_id: 11"
+    )
+
+
+def test_duplicate_explicit_node_ids() -> None:
+    error = one_error(
+        THREE, per_host={"gx10-b": {"gx10_node_id": 20}, "gx10-c": {"gx10_node_id": 20}}
+    )
+    assert_mentions(
+        error, "gx10_node_id 20 is used by both gx10-b and gx10-c", "set a different gx10_node_id"
+    )
+
+
+def test_explicit_node_id_colliding_with_a_default_says_so() -> None:
+    error = one_error(THREE, per_host={"gx10-c": {"gx10_node_id": 11}})
+    assert_mentions(
+        error,
+        "gx10_node_id 11 is used by both gx10-b (default: head 10, workers 11, 12, ...) and "
+        "gx10-c:",
+        "set a different gx10_node_id on gx10-c",
+    )
+
+
+def test_derived_address_outside_subnet() -> None:
+    error = one_error(
+        per_host={"gx10-b": {"gx10_node_id": 300}}, gx10_rails=rails("192.168.100.0/24")
+    )
+    assert_mentions(
+        error,
+        "gx10_node_id 300 on host gx10-b gives 192.168.101.44 on gx10_rails[0] (rail rail0)",
+        "outside subnet 192.168.100.0/24",
+        "between 1 and 254",
+        "gx10_rails[0].addresses['gx10-b']",
+    )
+
+
+def test_derived_address_beyond_the_address_space() -> None:
+    error = one_error(
+        per_host={"gx10-b": {"gx10_node_id": 2**20}}, gx10_rails=rails("255.255.255.0/24")
+    )
+    assert_mentions(error, "gx10_node_id 1048576 on host gx10-b", "beyond 255.255.255.255")
+
+
+def test_derived_broadcast_address() -> None:
+    errors = errors_of(per_host={"gx10-b": {"gx10_node_id": 255}})
+    assert len(errors) == 2, errors  # one per default rail
+    assert_mentions(
+        errors[1],
+        "gx10_node_id 255 on host gx10-b gives 192.168.101.255",
+        "the broadcast address of 192.168.101.0/24",
+        "between 1 and 254",
+    )
+
+
+@pytest.mark.parametrize(
+    ("address", "fragments"),
+    [
+        ("10.9.0.5", ["is 10.9.0.5", "outside subnet 192.168.100.0/24"]),
+        ("192.168.100.0", ["is 192.168.100.0", "the network address of 192.168.100.0/24"]),
+        ("192.168.100.255", ["is 192.168.100.255", "the broadcast address"]),
+        ("192.168.100.20/24", ["'192.168.100.20/24'", "not an IPv4 address", "without prefix"]),
+        ("gx10-b.rail0", ["'gx10-b.rail0'", "not an IPv4 address"]),
+    ],
+)
+def test_bad_explicit_address(address: str, fragments: list[str]) -> None:
+    custom = rails("192.168.100.0/24", addresses={"gx10-b": address})
+    error = one_error(gx10_rails=custom)
+    assert_mentions(
+        error,
+        "gx10_rails[0].addresses['gx10-b'] (rail rail0)",
+        *fragments,
+        "192.168.100.1..192.168.100.254",
+    )
+
+
+def test_explicit_address_duplicating_a_derived_one() -> None:
+    custom = rails("192.168.100.0/24", addresses={"gx10-b": "192.168.100.10"})
+    error = one_error(gx10_rails=custom)
+    assert_mentions(
+        error,
+        "gx10-a (gx10_node_id 10 on host gx10-a) and gx10-b "
+        "(gx10_rails[0].addresses['gx10-b']) both get address 192.168.100.10",
+        "on gx10_rails[0] (rail rail0)",
+        "its own address",
+    )
+
+
+def test_explicit_addresses_duplicated() -> None:
+    custom = rails(
+        "192.168.100.0/24", addresses={"gx10-a": "192.168.100.50", "gx10-b": "192.168.100.50"}
+    )
+    assert_mentions(one_error(gx10_rails=custom), "both get address 192.168.100.50")
+
+
+def test_addresses_not_a_mapping() -> None:
+    custom = rails("192.168.100.0/24", addresses=["192.168.100.10"])
+    error = one_error(gx10_rails=custom)
+    assert_mentions(
+        error,
+        "gx10_rails[0].addresses (rail rail0)",
+        "must be a mapping of host to IPv4 address",
+        "['192.168.100.10']",
+        "{gx10-a: 192.168.100.10}",
+    )
+
+
+def test_addresses_for_an_unknown_host() -> None:
+    custom = rails("192.168.100.0/24", addresses={"gx10-x": "192.168.100.50"})
+    error = one_error(gx10_rails=custom)
+    assert_mentions(error, "names host 'gx10-x'", "not in groups['head'] or groups['workers']")
+
+
+# --- MTU, management interface, cluster-wide variables ----------------------------------------
+
+
+@pytest.mark.parametrize("mtu", [1279, 9217, 9500, 0])
+def test_mtu_out_of_range(mtu: int) -> None:
+    error = one_error(gx10_rail_mtu=mtu)
+    assert_mentions(error, f"gx10_rail_mtu is {mtu}", "allowed 1280..9216", "use 9000")
+
+
+@pytest.mark.parametrize(("mtu", "shown"), [("9000", "'9000' (str)"), (True, "True (bool)")])
+def test_mtu_not_an_int(mtu: Any, shown: str) -> None:
+    error = one_error(gx10_rail_mtu=mtu)
+    assert_mentions(
+        error, "gx10_rail_mtu must be an integer", f"got {shown}", "gx10_rail_mtu: 9000"
+    )
+
+
+def test_rail_on_the_management_interface() -> None:
+    error = one_error(per_host={"gx10-b": {"gx10_mgmt_interface": "enP2p1s0f0np0"}})
+    assert_mentions(
+        error,
+        "gx10_mgmt_interface on host gx10-b is 'enP2p1s0f0np0'",
+        "gx10_rails[1].netdev (rail rail1)",
+        "never reconfigure the interface that carries the management connection",
+    )
+
+
+def test_mgmt_interface_not_a_string() -> None:
+    error = one_error(per_host={"gx10-a": {"gx10_mgmt_interface": ["eth0"]}})
+    assert_mentions(
+        error, "gx10_mgmt_interface on host gx10-a", "got ['eth0']", "leave it undefined"
+    )
+
+
+def test_cluster_wide_variable_differs_between_nodes() -> None:
+    error = one_error(per_host={"gx10-b": {"gx10_rail_mtu": 1500}})
+    assert_mentions(
+        error,
+        "gx10_rail_mtu on host gx10-b is 1500 but on gx10-a it is undefined",
+        "cluster-wide",
+        "group_vars/all.yml",
+    )
+
+
+# --- many errors at once -----------------------------------------------------------------------
+
+
+def test_all_errors_are_collected() -> None:
+    custom = rails("192.168.100.1/24", "192.168.100.0/24")
+    custom.append({"name": "rail2", "netdev": "eth0", "subnet": "10.0.0.0/24"})
+    groups = {"head": ["gx10-a", "gx10-c"], "workers": ["gx10-b"]}
+    errors = errors_of(
+        groups,
+        per_host={
+            "gx10-a": {"gx10_mgmt_interface": "eth1"},
+            "gx10-b": {"gx10_node_id": "eleven"},
+            "gx10-c": {"gx10_node_id": 10},
+        },
+        gx10_rails=custom,
+        gx10_rail_mtu=10000,
+    )
+    expected = [
+        "groups['head'] has 2 hosts",
+        "gx10_rail_mtu is 10000",
+        "host bits set",
+        "gx10_rails[2].netdev 'eth0' is also used by gx10_rails[0]",
+        "is the same subnet as gx10_rails[0].subnet '192.168.100.1/24'",
+        "gx10_mgmt_interface on host gx10-a is 'eth1'",
+        "gx10_node_id on host gx10-b must be an integer, got 'eleven'",
+        "gx10_node_id 10 is used by both gx10-a",
+    ]
+    assert len(errors) == len(expected), errors
+    for fragment in expected:
+        assert any(fragment in error for error in errors), (fragment, errors)
+
+
+def test_build_plan_raises_with_every_error() -> None:
+    groups, hostvars = cluster({"head": ["gx10-a"]}, gx10_rail_mtu=100)
+    with pytest.raises(ClusterPlanError) as raised:
+        build_plan(groups, hostvars)
+
+    assert isinstance(raised.value, ValueError)
+    assert len(raised.value.errors) == 2
+    text = str(raised.value)
+    assert text.startswith("Inventory validation failed (2 problems):\n - ")
+    assert "groups['workers']" in text
+    assert "gx10_rail_mtu is 100" in text
+
+
+def test_format_errors_singular_and_plural() -> None:
+    assert format_errors(["a"]) == "Inventory validation failed (1 problem):\n - a"
+    assert format_errors(["a", "b"]) == "Inventory validation failed (2 problems):\n - a\n - b"
+
+
+# --- plugin glue -------------------------------------------------------------------------------
+
+
+class StrictVars(Mapping[str, Any]):
+    """Like Ansible's HostVarsVars: reading a variable templates it; some would fail."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self._values = values
+        self.read: list[str] = []
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in NODE_VARS:
+            raise AssertionError(f"read {key}")
+        self.read.append(key)
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._values
+
+
+def test_select_node_vars_reads_only_gx10_variables_of_nodes() -> None:
+    node = StrictVars({"gx10_node_id": 21, "broken": "{{ undefined }}"})
+    hostvars = {"gx10-a": node, "gx10-b": StrictVars({}), "bastion": StrictVars({"x": 1})}
+
+    selected = select_node_vars(TWO, hostvars)
+
+    assert selected == {"gx10-a": {"gx10_node_id": 21}, "gx10-b": {}}
+    assert node.read == ["gx10_node_id"]
+
+
+def test_rail_plan_filter_matches_build_plan() -> None:
+    groups, hostvars = cluster(THREE, per_host={"gx10-c": {"gx10_node_id": 40}})
+    assert FilterModule().filters()["rail_plan"] is rail_plan
+    plan = rail_plan(hostvars, groups)
+    assert plan == build_plan(groups, hostvars)
+    assert plan["hosts"]["gx10-c"]["rails"][0]["address"] == "192.168.100.40"
+
+
+def test_rail_plan_filter_fails_with_every_error() -> None:
+    groups, hostvars = cluster(gx10_rails=rails("192.168.100.0/24", "192.168.100.0/24"))
+    with pytest.raises(AnsibleFilterError, match=r"Inventory validation failed \(1 problem\)"):
+        rail_plan(hostvars, groups)
+
+
+def test_rail_plan_filter_rejects_swapped_arguments() -> None:
+    with pytest.raises(AnsibleFilterError, match="expects hostvars"):
+        rail_plan(["gx10-a"], TWO)  # type: ignore[arg-type]

@@ -1,0 +1,168 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Run gx10.cluster.validate_cluster and the rail_plan filter through real ansible-playbook."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+# tests/unit -> tests -> cluster -> gx10 -> ansible_collections -> collections -> repository
+REPO_ROOT = Path(__file__).resolve().parents[6]
+ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
+
+pytestmark = pytest.mark.skipif(
+    not ANSIBLE_PLAYBOOK.exists() or not (REPO_ROOT / "ansible.cfg").exists(),
+    reason="needs ansible-playbook next to the test interpreter and the repository ansible.cfg",
+)
+
+PLAYBOOK = """
+- name: Validate the inventory before touching anything
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Validate
+      gx10.cluster.validate_cluster:
+      register: validation
+
+    - name: Validate data given as arguments instead of the inventory
+      gx10.cluster.validate_cluster:
+        groups: {head: [n1], workers: [n2]}
+        hostvars: {n1: {gx10_node_id: 5}, n2: {gx10_node_id: 5}}
+      register: explicit
+      failed_when: false
+
+    - name: The arguments were used, not the inventory
+      ansible.builtin.assert:
+        that:
+          - explicit.errors | length == 1
+          - "'gx10_node_id 5 is used by both n1 and n2' in explicit.errors[0]"
+          - validation.plan.workers == ['gx10-b']
+
+    - name: Show the plan
+      ansible.builtin.debug:
+        msg: "MASTER_ADDR={{ validation.plan.master_addr }} RANK_B={{
+          validation.plan.hosts['gx10-b'].rank }} CIDR_B={{
+          validation.plan.hosts['gx10-b'].rails[1].cidr }}"
+
+- name: Every node computes the same plan with the filter
+  hosts: gx10
+  gather_facts: false
+  tasks:
+    - name: Compare with the action plugin's plan
+      ansible.builtin.assert:
+        that:
+          - (hostvars | gx10.cluster.rail_plan(groups)) == hostvars['localhost'].validation.plan
+        quiet: true
+
+    - name: Mark the second play
+      ansible.builtin.debug:
+        msg: "SECOND_PLAY_RAN on {{ inventory_hostname }}"
+"""
+
+
+def inventory(node_vars: dict[str, dict[str, Any]], **cluster_vars: Any) -> dict[str, Any]:
+    return {
+        "all": {
+            "hosts": {"localhost": {}},
+            "children": {
+                "gx10": {
+                    "children": {
+                        "head": {"hosts": {"gx10-a": node_vars.get("gx10-a", {})}},
+                        "workers": {"hosts": {"gx10-b": node_vars.get("gx10-b", {})}},
+                    },
+                    "vars": cluster_vars,
+                },
+            },
+            "vars": {
+                "ansible_connection": "local",
+                "ansible_python_interpreter": sys.executable,
+            },
+        }
+    }
+
+
+def run_playbook(
+    tmp_path: Path, inventory_data: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory_data), encoding="utf-8")
+    (tmp_path / "site.yml").write_text(PLAYBOOK, encoding="utf-8")
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "PATH": f"{ANSIBLE_PLAYBOOK.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    return subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "site.yml")],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_good_inventory_validates_and_filter_agrees(tmp_path: Path) -> None:
+    data = inventory(
+        {
+            # A template is resolved per host before validation (Ansible 2.19 native types).
+            "gx10-b": {"gx10_node_id": "{{ 20 + 1 }}", "gx10_mgmt_interface": "enP7s7"},
+            # Only gx10_* variables are read: an unrelated broken variable must not matter.
+            "gx10-a": {"unrelated_broken": "{{ this_is_not_defined }}"},
+        },
+        gx10_rail_mtu=9000,
+    )
+    result = run_playbook(tmp_path, data)
+    output = result.stdout + result.stderr
+
+    assert result.returncode == 0, output
+    assert "MASTER_ADDR=192.168.100.10 RANK_B=1 CIDR_B=192.168.101.21/24" in output
+    assert "SECOND_PLAY_RAN on gx10-b" in output
+
+
+def test_bad_inventory_fails_with_every_problem_before_any_change(tmp_path: Path) -> None:
+    data = inventory(
+        {"gx10-a": {"gx10_mgmt_interface": "enp1s0f0np0"}, "gx10-b": {"gx10_node_id": "eleven"}},
+        gx10_rails=[
+            {"name": "rail0", "netdev": "enp1s0f0np0", "subnet": "192.168.100.0/24"},
+            {"name": "rail1", "netdev": "enP2p1s0f0np0", "subnet": "192.168.100.0/24"},
+        ],
+    )
+    result = run_playbook(tmp_path, data)
+    output = result.stdout + result.stderr
+
+    assert result.returncode == 2, output
+    assert "Inventory validation failed (3 problems):" in output
+    assert "gx10_node_id on host gx10-b must be an integer, got 'eleven' (str)" in output
+    assert "on one subnet the kernel routes all traffic through one twin" in output
+    assert "never reconfigure the interface that carries the management connection" in output
+    assert "SECOND_PLAY_RAN" not in output
+
+
+@pytest.mark.skipif(
+    shutil.which("ansible-doc", path=str(ANSIBLE_PLAYBOOK.parent)) is None,
+    reason="needs ansible-doc",
+)
+def test_ansible_doc_renders_module_and_filter_docs() -> None:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    doc = str(ANSIBLE_PLAYBOOK.with_name("ansible-doc"))
+    for args, expected in (
+        (["gx10.cluster.validate_cluster"], "master_addr"),
+        (["-t", "filter", "gx10.cluster.rail_plan"], "POSITIONAL: groups"),
+    ):
+        result = subprocess.run(
+            [doc, *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False
+        )
+        assert result.returncode == 0, result.stderr
+        assert "ERROR" not in result.stderr, result.stderr
+        assert expected in result.stdout

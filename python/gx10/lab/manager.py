@@ -1,0 +1,361 @@
+"""Bring the two-node lab up, report on it, and take it down without a trace.
+
+Design choices, and why:
+
+* Nodes are systemd containers, each running its **own nested Docker engine** with its data-root
+  on a per-node volume. Images pulled on one node are then invisible on the other, as on real
+  hardware, and removing the node and its volume removes everything it pulled.
+* Where this machine's Docker may grant every capability, nodes run `--privileged`. In sandboxes
+  whose bounding set lacks some (CAP_SYS_RESOURCE, typically), `--privileged` fails outright, so
+  the node gets every capability the host has, unconfined seccomp/AppArmor/system paths, and the
+  host cgroup tree: what systemd and a nested Docker need.
+* Each rail is one veth pair created directly inside the two nodes' network namespaces with the
+  real GB10 netdev name on both ends: a cable, no bridge, no switch. Deleting a node deletes its
+  namespace and with it the cable.
+* Every object carries the label `gx10.lab=<name>`; `down` removes by that label, never by pattern.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gx10.lab import _docker, images
+from gx10.lab.config import LAB_LABEL, LabConfig, Rail
+from gx10.lab.errors import LabError
+
+Log = Callable[[str], None]
+
+# Linux capability numbers (linux/capability.h) -> docker names, for the bounding-set check.
+_CAP_NAMES = (
+    "CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP "
+    "LINUX_IMMUTABLE NET_BIND_SERVICE NET_BROADCAST NET_ADMIN NET_RAW IPC_LOCK IPC_OWNER "
+    "SYS_MODULE SYS_RAWIO SYS_CHROOT SYS_PTRACE SYS_PACCT SYS_ADMIN SYS_BOOT SYS_NICE "
+    "SYS_RESOURCE SYS_TIME SYS_TTY_CONFIG MKNOD LEASE AUDIT_WRITE AUDIT_CONTROL SETFCAP "
+    "MAC_OVERRIDE MAC_ADMIN SYSLOG WAKE_ALARM BLOCK_SUSPEND AUDIT_READ PERFMON BPF "
+    "CHECKPOINT_RESTORE"
+).split()
+
+
+@dataclass(frozen=True, slots=True)
+class RailStatus:
+    netdev: str
+    mac: str | None
+    state: str | None
+    peer_node: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    name: str
+    state: str
+    mgmt_address: str | None = None
+    docker_engine: str | None = None
+    rails: tuple[RailStatus, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LabStatus:
+    name: str
+    nodes: tuple[NodeStatus, ...]
+    registry: str
+    registry_address: str
+    problems: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def running(self) -> bool:
+        return not self.problems and all(n.state == "running" for n in self.nodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["running"] = self.running
+        return data
+
+    def summary_lines(self) -> list[str]:
+        lines = [f"lab {self.name}: {'running' if self.running else 'not ready'}"]
+        for node in self.nodes:
+            rails = ", ".join(
+                f"{r.netdev} {r.mac or '-'} {r.state or 'missing'}"
+                + (f" -> {r.peer_node}" if r.peer_node else "")
+                for r in node.rails
+            )
+            lines.append(
+                f"  {node.name}: {node.state}, mgmt {node.mgmt_address or '-'}, "
+                f"docker {node.docker_engine or '-'}; rails: {rails or '-'}"
+            )
+        lines.append(f"  registry: {self.registry} ({self.registry_address} from the nodes)")
+        lines.extend(f"  problem: {p}" for p in self.problems)
+        return lines
+
+
+def _missing_caps() -> list[str]:
+    """Capabilities docker's --privileged would ask for but this machine cannot grant."""
+    bounding = 0
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapBnd:"):
+            bounding = int(line.split()[1], 16)
+    last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    return [
+        _CAP_NAMES[i] for i in range(min(last, len(_CAP_NAMES) - 1) + 1) if not bounding & (1 << i)
+    ]
+
+
+def _node_security_args() -> list[str]:
+    missing = _missing_caps()
+    if not missing:
+        return ["--privileged"]
+    args = ["--cap-add", "ALL"]
+    for cap in missing:
+        args += ["--cap-drop", cap]
+    args += [
+        "--security-opt", "seccomp=unconfined",
+        "--security-opt", "apparmor=unconfined",
+        "--security-opt", "systempaths=unconfined",
+        "--device-cgroup-rule", "a *:* rwm",
+        "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+    ]  # fmt: skip
+    return args
+
+
+def _labels(cfg: LabConfig, role: str) -> list[str]:
+    return ["--label", f"{LAB_LABEL}={cfg.name}", "--label", f"{LAB_LABEL}.role={role}"]
+
+
+def _state(name: str) -> str:
+    out = _docker.docker("inspect", "-f", "{{.State.Status}}", name, check=False, timeout=30)
+    return out or "absent"
+
+
+def _ensure_network(cfg: LabConfig) -> None:
+    if not _docker.exists("network", cfg.mgmt_network):
+        _docker.docker("network", "create", *_labels(cfg, "mgmt"), cfg.mgmt_network)
+
+
+def _ensure_registry(cfg: LabConfig, log: Log) -> None:
+    state = _state(cfg.registry_name)
+    if state == "running":
+        return
+    if state != "absent":
+        _docker.docker("rm", "-f", cfg.registry_name)
+    tag = images.ensure(images.registry_spec(), log)
+    log(f"starting registry {cfg.registry_name} ({cfg.registry_host_address} on this machine)")
+    _docker.docker(
+        "run", "-d", "--name", cfg.registry_name, *_labels(cfg, "registry"),
+        "--network", cfg.mgmt_network, "--restart", "unless-stopped",
+        "-p", f"{cfg.registry_host_address}:5000",
+        "-v", f"{cfg.name}-registry-data:/var/lib/docker-registry",
+        tag,
+    )  # fmt: skip
+
+
+def _ensure_node(cfg: LabConfig, node: str, tag: str, log: Log) -> bool:
+    """Start a node if needed. Returns True when the node was (re)created."""
+    state = _state(node)
+    if state == "running":
+        image = _docker.docker("inspect", "-f", "{{.Config.Image}}", node)
+        if image == tag:
+            return False
+        log(f"{node} runs an older image ({image}); recreating it")
+    if state != "absent":
+        _docker.docker("rm", "-f", node)
+    log(f"starting node {node}")
+    _docker.docker(
+        "run", "-d", "--name", node, "--hostname", node, *_labels(cfg, "node"),
+        "--network", cfg.mgmt_network,
+        *_node_security_args(),
+        "--stop-signal", "SIGRTMIN+3",
+        "--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp",
+        "-v", f"{cfg.volume(node)}:/var/lib/docker",
+        tag,
+    )  # fmt: skip
+    return True
+
+
+def _wait_booted(cfg: LabConfig, node: str) -> None:
+    """Wait (bounded) until systemd finished booting and the node's Docker engine answers."""
+    deadline = time.monotonic() + cfg.boot_timeout
+    last = ""
+    while time.monotonic() < deadline:
+        proc = _docker.run(
+            ["docker", "exec", node, "systemctl", "is-system-running"], check=False, timeout=30
+        )
+        last = proc.stdout.strip()
+        if last in ("running", "degraded"):
+            engine = _docker.run(
+                ["docker", "exec", node, "docker", "info", "--format", "{{.ServerVersion}}"],
+                check=False,
+                timeout=30,
+            )
+            if engine.returncode == 0:
+                return
+            last = f"systemd {last}, docker engine not answering yet"
+        time.sleep(1)
+    raise LabError(
+        f"lab node {node} did not finish booting within {cfg.boot_timeout:.0f} s "
+        f"(last state: {last or 'unknown'}); see `docker logs {node}`"
+    )
+
+
+def _links(node: str) -> dict[str, dict[str, Any]]:
+    out = _docker.node_exec(node, "ip", "-j", "-d", "link", "show", check=False)
+    if not out:
+        return {}
+    return {link["ifname"]: link for link in json.loads(out)}
+
+
+def _pid(node: str) -> str:
+    return _docker.docker("inspect", "-f", "{{.State.Pid}}", node)
+
+
+def _cable_ok(cfg: LabConfig, rail: Rail, links: dict[str, dict[str, dict[str, Any]]]) -> bool:
+    """Both ends exist and are veth peers of each other."""
+    a, b = cfg.nodes
+    end_a, end_b = links[a].get(rail.netdev), links[b].get(rail.netdev)
+    if not end_a or not end_b:
+        return False
+    kind_ok = all(e.get("linkinfo", {}).get("info_kind") == "veth" for e in (end_a, end_b))
+    return kind_ok and end_a.get("link_index") == end_b.get("ifindex")
+
+
+def ensure_rails(cfg: LabConfig, log: Log, *, generation: int = 0) -> None:
+    """Make sure every rail cable exists between the two nodes, with the nodes' MACs."""
+    a, b = cfg.nodes
+    links = {a: _links(a), b: _links(b)}
+    cabled = False
+    for rail in cfg.rails:
+        if _cable_ok(cfg, rail, links):
+            continue
+        cabled = True
+        for node in cfg.nodes:
+            if rail.netdev in links[node]:
+                _docker.node_exec(node, "ip", "link", "del", rail.netdev)
+        log(f"cabling {rail.netdev}: {a} <-> {b}")
+        _docker.run([
+            "ip", "link", "add", "name", rail.netdev,
+            "address", cfg.mac(a, rail, generation), "netns", _pid(a),
+            "type", "veth", "peer", "name", rail.netdev,
+            "address", cfg.mac(b, rail, generation), "netns", _pid(b),
+        ])  # fmt: skip
+        # A NIC with its cable plugged in: the link is up, addressing is the roles' job.
+        for node in cfg.nodes:
+            _docker.node_exec(node, "ip", "link", "set", rail.netdev, "up")
+    if cabled:
+        _wait_carrier(cfg)
+
+
+def _wait_carrier(cfg: LabConfig, timeout: float = 15.0) -> None:
+    """Wait (bounded) until every rail end reports carrier, as a cabled NIC would."""
+    deadline = time.monotonic() + timeout
+    down: list[str] = []
+    while time.monotonic() < deadline:
+        links = {node: _links(node) for node in cfg.nodes}
+        down = [
+            f"{node}:{rail.netdev}"
+            for node in cfg.nodes
+            for rail in cfg.rails
+            if links[node].get(rail.netdev, {}).get("operstate") != "UP"
+        ]
+        if not down:
+            return
+        time.sleep(0.5)
+    raise LabError(f"rails without carrier after {timeout:.0f} s: {', '.join(down)}")
+
+
+def up(cfg: LabConfig | None = None, log: Log = print) -> LabStatus:
+    """Build what is missing and bring the lab up. Idempotent, and fast when already up."""
+    cfg = cfg or LabConfig()
+    if len(cfg.nodes) != 2:
+        raise LabError("the lab cables two nodes back to back; LabConfig.nodes must name two")
+    node_tag = images.ensure(images.node_spec(), log)
+    _ensure_network(cfg)
+    _ensure_registry(cfg, log)
+    for node in cfg.nodes:
+        _ensure_node(cfg, node, node_tag, log)
+    for node in cfg.nodes:
+        _wait_booted(cfg, node)
+    ensure_rails(cfg, log)
+    result = status(cfg)
+    if not result.running:
+        raise LabError("lab did not come up: " + "; ".join(result.problems))
+    return result
+
+
+def down(cfg: LabConfig | None = None, log: Log = print) -> None:
+    """Remove every lab object: containers, then their cables and volumes, then the network."""
+    cfg = cfg or LabConfig()
+    label = f"label={LAB_LABEL}={cfg.name}"
+    containers = _docker.docker("ps", "-aq", "--filter", label).split()
+    if containers:
+        log(f"removing {len(containers)} lab containers")
+        _docker.docker("rm", "-f", "-v", *containers, timeout=180)
+    volumes = [cfg.volume(n) for n in cfg.nodes] + [f"{cfg.name}-registry-data"]
+    volumes += _docker.docker("volume", "ls", "-q", "--filter", label).split()
+    for volume in dict.fromkeys(volumes):
+        if _docker.exists("volume", volume):
+            _docker.docker("volume", "rm", "-f", volume)
+    networks = _docker.docker("network", "ls", "-q", "--filter", label).split()
+    for network in networks:
+        _docker.docker("network", "rm", network)
+
+
+def status(cfg: LabConfig | None = None) -> LabStatus:
+    """Report on the lab without changing it."""
+    cfg = cfg or LabConfig()
+    problems: list[str] = []
+    nodes: list[NodeStatus] = []
+    links: dict[str, dict[str, dict[str, Any]]] = {}
+    for node in cfg.nodes:
+        state = _state(node)
+        if state != "running":
+            problems.append(f"node {node} is {state} (run `gx10 lab up`)")
+            nodes.append(NodeStatus(node, state))
+            continue
+        links[node] = _links(node)
+        mgmt = _docker.docker(
+            "inspect", "-f",
+            f'{{{{(index .NetworkSettings.Networks "{cfg.mgmt_network}").IPAddress}}}}', node,
+            check=False,
+        )  # fmt: skip
+        engine = _docker.node_exec(
+            node, "docker", "info", "--format", "{{.ServerVersion}}", check=False, timeout=30
+        )
+        if not engine:
+            problems.append(f"node {node}: its Docker engine does not answer")
+        nodes.append(NodeStatus(node, state, mgmt or None, engine or None))
+    if len(links) == len(cfg.nodes):
+        a, b = cfg.nodes
+        for rail in cfg.rails:
+            if not _cable_ok(cfg, rail, links):
+                problems.append(f"rail {rail.netdev} is not cabled {a} <-> {b}")
+        nodes = [
+            NodeStatus(
+                n.name,
+                n.state,
+                n.mgmt_address,
+                n.docker_engine,
+                tuple(
+                    RailStatus(
+                        r.netdev,
+                        links[n.name].get(r.netdev, {}).get("address"),
+                        links[n.name].get(r.netdev, {}).get("operstate"),
+                        (b if n.name == a else a) if _cable_ok(cfg, r, links) else None,
+                    )
+                    for r in cfg.rails
+                ),
+            )  # fmt: skip
+            for n in nodes
+        ]
+    registry_state = _state(cfg.registry_name)
+    if registry_state != "running":
+        problems.append(f"registry {cfg.registry_name} is {registry_state}")
+    return LabStatus(
+        name=cfg.name,
+        nodes=tuple(nodes),
+        registry=registry_state,
+        registry_address=cfg.registry_address,
+        problems=tuple(problems),
+    )
