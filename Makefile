@@ -54,6 +54,7 @@ lint: venv ## yamllint, ansible-lint (production), ruff, mypy
 	ruff check .
 	ruff format --check .
 	mypy
+	mypy --strict collections/ansible_collections/gx10/cluster/plugins/module_utils
 
 unit: venv ## Unit tests (plugins and Python)
 	pytest -q

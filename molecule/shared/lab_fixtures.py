@@ -32,5 +32,7 @@ def workers() -> list[testinfra.host.Host]:
 
 
 @pytest.fixture(scope="session")
-def nodes(head: testinfra.host.Host, workers: list[testinfra.host.Host]) -> list[testinfra.host.Host]:
+def nodes(
+    head: testinfra.host.Host, workers: list[testinfra.host.Host]
+) -> list[testinfra.host.Host]:
     return [head, *workers]

@@ -7,4 +7,4 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
-from lab_fixtures import head, nodes, workers  # noqa: E402,F401  (pytest fixtures)
+from lab_fixtures import head, nodes, workers  # noqa: F401  (pytest fixtures)

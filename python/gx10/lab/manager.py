@@ -31,14 +31,49 @@ from gx10.lab.errors import LabError
 Log = Callable[[str], None]
 
 # Linux capability numbers (linux/capability.h) -> docker names, for the bounding-set check.
-_CAP_NAMES = (
-    "CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP "
-    "LINUX_IMMUTABLE NET_BIND_SERVICE NET_BROADCAST NET_ADMIN NET_RAW IPC_LOCK IPC_OWNER "
-    "SYS_MODULE SYS_RAWIO SYS_CHROOT SYS_PTRACE SYS_PACCT SYS_ADMIN SYS_BOOT SYS_NICE "
-    "SYS_RESOURCE SYS_TIME SYS_TTY_CONFIG MKNOD LEASE AUDIT_WRITE AUDIT_CONTROL SETFCAP "
-    "MAC_OVERRIDE MAC_ADMIN SYSLOG WAKE_ALARM BLOCK_SUSPEND AUDIT_READ PERFMON BPF "
-    "CHECKPOINT_RESTORE"
-).split()
+_CAP_NAMES = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "LINUX_IMMUTABLE",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_NICE",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
+    "SYSLOG",
+    "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+    "PERFMON",
+    "BPF",
+    "CHECKPOINT_RESTORE",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,6 +337,21 @@ def down(cfg: LabConfig | None = None, log: Log = print) -> None:
         _docker.docker("network", "rm", network)
 
 
+def _rails(
+    cfg: LabConfig, node: str, links: dict[str, dict[str, dict[str, Any]]]
+) -> tuple[RailStatus, ...]:
+    peer = next(n for n in cfg.nodes if n != node)
+    return tuple(
+        RailStatus(
+            rail.netdev,
+            links[node].get(rail.netdev, {}).get("address"),
+            links[node].get(rail.netdev, {}).get("operstate"),
+            peer if _cable_ok(cfg, rail, links) else None,
+        )
+        for rail in cfg.rails
+    )
+
+
 def status(cfg: LabConfig | None = None) -> LabStatus:
     """Report on the lab without changing it."""
     cfg = cfg or LabConfig()
@@ -332,21 +382,7 @@ def status(cfg: LabConfig | None = None) -> LabStatus:
             if not _cable_ok(cfg, rail, links):
                 problems.append(f"rail {rail.netdev} is not cabled {a} <-> {b}")
         nodes = [
-            NodeStatus(
-                n.name,
-                n.state,
-                n.mgmt_address,
-                n.docker_engine,
-                tuple(
-                    RailStatus(
-                        r.netdev,
-                        links[n.name].get(r.netdev, {}).get("address"),
-                        links[n.name].get(r.netdev, {}).get("operstate"),
-                        (b if n.name == a else a) if _cable_ok(cfg, r, links) else None,
-                    )
-                    for r in cfg.rails
-                ),
-            )  # fmt: skip
+            NodeStatus(n.name, n.state, n.mgmt_address, n.docker_engine, _rails(cfg, n.name, links))
             for n in nodes
         ]
     registry_state = _state(cfg.registry_name)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.plugins.action import ActionBase
+
 from ansible_collections.gx10.cluster.plugins.module_utils.cluster_plan import (
     build_plan,
     format_errors,

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+
 from ansible_collections.gx10.cluster.plugins.module_utils.cluster_plan import (
     ClusterPlanError,
     build_plan,

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Judge a list of named checks and explain every failure: the node, the check, the value, the fix."""
+"""Judge named checks and explain every failure: the node, the check, the value, the fix."""
 
 from __future__ import annotations
 

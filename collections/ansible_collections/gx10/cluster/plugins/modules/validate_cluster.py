@@ -56,18 +56,9 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Validate the inventory before touching any node
-  hosts: gx10
-  gather_facts: false
-  tasks:
-    - name: Validate groups, rails, node ids and addresses
-      gx10.cluster.validate_cluster:
-      run_once: true
-      register: __gx10_validation
-
-    - name: Share the cluster plan with every node
-      ansible.builtin.set_fact:
-        gx10_plan: "{{ __gx10_validation.plan }}"
+- name: Validate groups, rails, node ids and addresses (in a play on localhost)
+  gx10.cluster.validate_cluster:
+  register: __gx10_validation
 
 - name: Validate an inventory given as data (for example in a test)
   gx10.cluster.validate_cluster:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from ansible.errors import AnsibleFilterError
+
 from ansible_collections.gx10.cluster.plugins.filter.rail_plan import FilterModule, rail_plan
 from ansible_collections.gx10.cluster.plugins.module_utils.cluster_plan import (
     DEFAULT_RAILS,

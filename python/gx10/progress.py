@@ -1,0 +1,163 @@
+"""Live progress and recap rendering for the CLI.
+
+`describe_event` is the logic (runner event -> `ProgressLine` or None) and has no rich in it;
+`ProgressPrinter` and `recap_table` only turn those lines and a `ProvisionResult` into rich output.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from gx10.provision import ProvisionResult, task_message
+
+LineKind = Literal["play", "task", "handler", "host", "output"]
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+# runner event -> host status shown on the line
+_HOST_EVENTS = {
+    "runner_on_ok": "ok",
+    "runner_on_failed": "failed",
+    "runner_on_skipped": "skipped",
+    "runner_on_unreachable": "unreachable",
+    "runner_retry": "retrying",
+}
+
+_STYLES = {
+    "ok": "green",
+    "changed": "yellow",
+    "failed": "bold red",
+    "unreachable": "bold magenta",
+    "skipped": "cyan",
+    "ignored": "dim red",
+    "retrying": "dim",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressLine:
+    kind: LineKind
+    text: str
+    """Play or task name, the host for host lines, or a line of ansible output."""
+    status: str | None = None
+    """For host lines: ok, changed, failed, ignored, unreachable, skipped or retrying."""
+    detail: str | None = None
+    """Why a host failed, or the retry count."""
+
+
+def describe_event(event: Mapping[str, Any]) -> ProgressLine | None:
+    """What a human should see for one runner event, or None for events not worth a line."""
+    name = event.get("event")
+    data = event.get("event_data") or {}
+    if name == "playbook_on_play_start":
+        return ProgressLine("play", str(data.get("name") or data.get("play") or ""))
+    if name == "playbook_on_task_start":
+        return ProgressLine("task", str(data.get("task") or ""))
+    if name == "playbook_on_handler_task_start":
+        return ProgressLine("handler", str(data.get("task") or ""))
+    if name == "playbook_on_no_hosts_matched":
+        return ProgressLine("output", "no hosts matched")
+    if name == "verbose":
+        # Output outside task callbacks: errors before the first play, warnings, -v chatter.
+        text = _ANSI.sub("", str(event.get("stdout") or "")).strip()
+        return ProgressLine("output", text) if text else None
+    status = _HOST_EVENTS.get(str(name))
+    if status is None:
+        return None
+    res = data.get("res")
+    res = res if isinstance(res, Mapping) else {}
+    detail: str | None = None
+    if status == "ok" and res.get("changed"):
+        status = "changed"
+    elif status == "failed":
+        status = "ignored" if data.get("ignore_errors") else "failed"
+        detail = task_message(res)
+    elif status == "unreachable":
+        detail = task_message(res)
+    elif status == "retrying":
+        detail = f"attempt {res.get('attempts', '?')} of {res.get('retries', '?')}"
+    return ProgressLine("host", str(data.get("host") or ""), status, detail)
+
+
+class ProgressPrinter:
+    """An `on_event` callback that prints one line per play, task and host result."""
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        line = describe_event(event)
+        if line is not None:
+            self._console.print(render_line(line), soft_wrap=True)
+
+
+def render_line(line: ProgressLine) -> Text:
+    if line.kind == "play":
+        return Text.assemble("\n", ("PLAY ", "bold"), (line.text, "bold blue"))
+    if line.kind in ("task", "handler"):
+        return Text.assemble(("  " + line.kind.upper() + " ", "bold"), line.text)
+    if line.kind == "output":
+        return Text(line.text, style="dim")
+    status = line.status or ""
+    text = Text.assemble("    ", (f"{status:<12}", _STYLES.get(status, "")), line.text)
+    if line.detail:
+        text.append(f"  {line.detail}", style=_STYLES.get(status, ""))
+    return text
+
+
+def recap_table(result: ProvisionResult) -> Table:
+    table = Table(title="Recap", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("host", no_wrap=True)
+    for column in ("ok", "changed", "failed", "unreachable", "skipped", "rescued", "ignored"):
+        table.add_column(column, justify="right")
+    for name, stats in sorted(result.hosts.items()):
+        bad = stats.failed or stats.unreachable
+        table.add_row(
+            name,
+            str(stats.ok),
+            str(stats.changed),
+            str(stats.failed),
+            str(stats.unreachable),
+            str(stats.skipped),
+            str(stats.rescued),
+            str(stats.ignored),
+            style="red" if bad else None,
+        )
+    return table
+
+
+def print_summary(console: Console, result: ProvisionResult) -> None:
+    """Recap table, the failed tasks again (they scroll away), and a one-line verdict."""
+    if result.hosts:
+        console.print()
+        console.print(recap_table(result))
+    if result.failed_tasks:
+        console.print(Text("Failed tasks:", style="bold red"))
+        for task in result.failed_tasks:
+            console.print(
+                Text.assemble(
+                    "  ", (task.host, "bold"), f"  {task.play} / {task.task}: ", task.message
+                ),
+                soft_wrap=True,
+            )
+    if result.ok:
+        verdict = Text.assemble(
+            ("OK", "bold green"),
+            f": {len(result.hosts)} host(s), {result.changed_total} change(s)",
+        )
+    else:
+        hosts = ", ".join(result.failed_hosts) or "no host recap"
+        verdict = Text.assemble(
+            ("FAILED", "bold red"),
+            f" (status={result.status}, rc={result.rc}; {hosts})",
+        )
+    console.print(verdict)
+    console.print(Text(f"artifacts: {result.artifact_dir}", style="dim"), soft_wrap=True)

@@ -1,0 +1,332 @@
+"""The gx10 command: real playbook runs for provision, a stand-in gx10.lab for lab."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+import types
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gx10.cli import main
+from gx10.progress import ProgressLine, describe_event
+
+ANSIBLE_CFG = "[defaults]\ninterpreter_python = auto_silent\n"
+
+INVENTORY = """\
+all:
+  hosts:
+    localhost:
+      ansible_connection: local
+      ansible_python_interpreter: "{{ ansible_playbook_python }}"
+"""
+
+CONVERGE = """\
+- name: Converge localhost
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Write the marker file
+      ansible.builtin.copy:
+        content: "{{ marker_content }}\\n"
+        dest: "{{ marker_path }}"
+        mode: "0644"
+    - name: Say hello
+      ansible.builtin.debug:
+        msg: hello
+      tags: [hello]
+"""
+
+BROKEN = """\
+- name: Break things
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Fail on purpose
+      ansible.builtin.fail:
+        msg: this task always fails
+"""
+
+
+@dataclass(frozen=True)
+class Invocation:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def invoke(argv: list[str]) -> Invocation:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return Invocation(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("home")
+    (root / "ansible.cfg").write_text(ANSIBLE_CFG)
+    (root / "playbooks").mkdir()
+    (root / "playbooks" / "converge.yml").write_text(CONVERGE)
+    (root / "playbooks" / "broken.yml").write_text(BROKEN)
+    (root / "inventories").mkdir()
+    (root / "inventories" / "local.yml").write_text(INVENTORY)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GX10_HOME", str(root))
+        # Keep the default temp artifact dirs of these runs inside the test's tmp tree.
+        mp.setattr("tempfile.tempdir", str(tmp_path_factory.mktemp("artifacts")))
+        yield root
+
+
+@pytest.fixture(scope="module")
+def converge_json(home: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Invocation, Path]:
+    work = tmp_path_factory.mktemp("work")
+    marker = work / "marker"
+    varsfile = work / "vars.yml"
+    varsfile.write_text(f"marker_path: {marker}\nmarker_content: from-file\n")
+    run = invoke(
+        [
+            "provision",
+            "-i",
+            "inventories/local.yml",
+            "-p",
+            "converge",
+            "--json",
+            "--limit",
+            "localhost",
+            "--skip-tags",
+            "hello",
+            "-e",
+            "marker_content=from-command-line",
+            "-e",
+            f"@{varsfile}",  # later -e wins
+        ]
+    )
+    return run, marker
+
+
+@pytest.fixture(scope="module")
+def broken_text(home: Path) -> Invocation:
+    return invoke(["provision", "-i", "inventories/local.yml", "-p", "broken.yml"])
+
+
+# --- provision -------------------------------------------------------------------------------
+
+
+def test_json_output_is_the_result(converge_json: tuple[Invocation, Path]) -> None:
+    run, marker = converge_json
+    assert run.code == 0
+    document = json.loads(run.stdout)  # stdout holds nothing but the document
+    assert document["ok"] is True
+    assert document["changed_total"] == 1
+    # --skip-tags reached ansible: only the copy task ran, so ok is 1, not 2.
+    assert document["hosts"] == {
+        "localhost": {
+            "ok": 1,
+            "changed": 1,
+            "failed": 0,
+            "unreachable": 0,
+            "skipped": 0,
+            "rescued": 0,
+            "ignored": 0,
+        }
+    }
+    assert document["failed_tasks"] == []
+    assert Path(document["artifact_dir"], "status").read_text() == "successful"
+    assert marker.read_text() == "from-file\n"
+
+
+def test_json_mode_sends_progress_to_stderr(converge_json: tuple[Invocation, Path]) -> None:
+    stderr = converge_json[0].stderr
+    assert "PLAY Converge localhost" in stderr
+    assert "TASK Write the marker file" in stderr
+    assert "changed     localhost" in stderr
+    assert "Say hello" not in stderr
+    assert "Recap" in stderr
+
+
+def test_failed_play_exits_2_with_recap(broken_text: Invocation) -> None:
+    assert broken_text.code == 2
+    assert broken_text.stderr == ""
+    out = broken_text.stdout
+    assert "TASK Fail on purpose" in out
+    assert "failed      localhost  this task always fails" in out
+    assert "Break things / Fail on purpose: this task always fails" in out
+    assert "FAILED (status=failed" in out
+    recap = next(line for line in out.splitlines() if line.strip().startswith("localhost "))
+    assert recap.split() == ["localhost", "0", "0", "1", "0", "0", "0", "0"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-p", "nope"], "gx10: error: unknown playbook 'nope'; available in "),
+        (["-i", "inventories/missing"], "gx10: error: inventory 'inventories/missing' not found"),
+    ],
+)
+def test_setup_errors_exit_1(home: Path, argv: list[str], message: str) -> None:
+    base = ["provision", "-i", "inventories/local.yml", "-p", "converge"]
+    run = invoke(base + argv)
+    assert run.code == 1
+    assert run.stdout == ""
+    assert run.stderr.startswith(message)
+
+
+def test_project_not_found_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GX10_HOME", str(tmp_path))
+    run = invoke(["provision", "-i", "x"])
+    assert run.code == 1
+    assert "is not a gx10 project home: missing ansible.cfg" in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("novalue", "expected KEY=VALUE or @FILE, got 'novalue'"),
+        ("@/nonexistent/vars.yml", "cannot read /nonexistent/vars.yml"),
+    ],
+)
+def test_bad_extra_vars_are_usage_errors(
+    extra: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["provision", "-i", "x", "-e", extra])
+    assert info.value.code == 1
+    assert message in capsys.readouterr().err
+
+
+def test_extra_vars_file_must_be_a_mapping(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    listing = tmp_path / "list.yml"
+    listing.write_text("- a\n- b\n")
+    with pytest.raises(SystemExit):
+        main(["provision", "-i", "x", "-e", f"@{listing}"])
+    assert "must hold a mapping of variables" in capsys.readouterr().err
+
+
+def test_missing_subcommand_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([])
+    assert info.value.code == 1
+    assert "usage: gx10" in capsys.readouterr().err
+
+
+# --- progress lines --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("event", "line"),
+    [
+        (
+            {"event": "playbook_on_play_start", "event_data": {"name": "Deploy"}},
+            ProgressLine("play", "Deploy"),
+        ),
+        (
+            {"event": "runner_on_ok", "event_data": {"host": "a", "res": {"changed": True}}},
+            ProgressLine("host", "a", "changed"),
+        ),
+        (
+            {"event": "runner_on_ok", "event_data": {"host": "a", "res": {"changed": False}}},
+            ProgressLine("host", "a", "ok"),
+        ),
+        (
+            {
+                "event": "runner_on_failed",
+                "event_data": {"host": "b", "ignore_errors": True, "res": {"msg": "meh"}},
+            },
+            ProgressLine("host", "b", "ignored", "meh"),
+        ),
+        (
+            {
+                "event": "runner_retry",
+                "event_data": {"host": "c", "res": {"attempts": 2, "retries": 5}},
+            },
+            ProgressLine("host", "c", "retrying", "attempt 2 of 5"),
+        ),
+        (
+            {"event": "verbose", "stdout": "\x1b[0;31m[ERROR]: bad playbook\x1b[0m"},
+            ProgressLine("output", "[ERROR]: bad playbook"),
+        ),
+        ({"event": "verbose", "stdout": "\x1b[0;31m\x1b[0m"}, None),
+        ({"event": "runner_on_start", "event_data": {"host": "a"}}, None),
+    ],
+)
+def test_describe_event(event: dict[str, Any], line: ProgressLine | None) -> None:
+    assert describe_event(event) == line
+
+
+# --- lab -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FakeLabStatus:
+    running: bool
+    nodes: tuple[str, ...] = ("gx10-a", "gx10-b")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "nodes": list(self.nodes)}
+
+    def summary_lines(self) -> list[str]:
+        return [f"lab: {'running' if self.running else 'stopped'}", *self.nodes]
+
+
+@pytest.fixture
+def lab(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
+    """Stand in for gx10.lab (owned elsewhere and needs docker); records the calls."""
+    module = types.ModuleType("gx10.lab")
+    state = types.SimpleNamespace(running=False, calls=[])
+
+    def up() -> FakeLabStatus:
+        print("starting containers")  # the real up() logs progress with print
+        state.calls.append("up")
+        state.running = True
+        return FakeLabStatus(running=True)
+
+    def down() -> None:
+        state.calls.append("down")
+        state.running = False
+
+    def status() -> FakeLabStatus:
+        state.calls.append("status")
+        return FakeLabStatus(running=state.running)
+
+    module.up, module.down, module.status = up, down, status  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "gx10.lab", module)
+    return state
+
+
+def test_lab_status_exit_code_follows_running(lab: types.SimpleNamespace) -> None:
+    stopped = invoke(["lab", "status"])
+    assert (stopped.code, stopped.stdout) == (3, "lab: stopped\ngx10-a\ngx10-b\n")
+    lab.running = True
+    assert invoke(["lab", "status"]).code == 0
+
+
+def test_lab_up_json_keeps_logs_off_stdout(lab: types.SimpleNamespace) -> None:
+    run = invoke(["lab", "up", "--json"])
+    assert run.code == 0
+    assert json.loads(run.stdout) == {"running": True, "nodes": ["gx10-a", "gx10-b"]}
+    assert run.stderr == "starting containers\n"
+    assert lab.calls == ["up"]
+
+
+def test_lab_down(lab: types.SimpleNamespace) -> None:
+    lab.running = True
+    run = invoke(["lab", "down"])
+    assert (run.code, run.stdout) == (0, "lab is down\n")
+    assert lab.calls == ["down"]
+    assert json.loads(invoke(["lab", "down", "--json"]).stdout) == {"ok": True}
+
+
+def test_lab_module_without_the_api_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "gx10.lab", types.ModuleType("gx10.lab"))
+    run = invoke(["lab", "status"])
+    assert run.code == 1
+    assert run.stderr == "gx10: error: the lab is not available: gx10.lab has no up, down, status\n"
