@@ -1,4 +1,7 @@
-"""The gx10 command: real playbook runs for provision, a stand-in gx10.lab for lab."""
+"""The gx10 command: real playbook runs for provision, a stand-in gx10.lab for lab.
+
+The playbooks and inventories (the `home` fixture) come from conftest.py and mini_project.py.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,6 @@ import io
 import json
 import sys
 import types
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -16,42 +18,6 @@ import pytest
 
 from gx10.cli import main
 from gx10.progress import ProgressLine, describe_event
-
-ANSIBLE_CFG = "[defaults]\ninterpreter_python = auto_silent\n"
-
-INVENTORY = """\
-all:
-  hosts:
-    localhost:
-      ansible_connection: local
-      ansible_python_interpreter: "{{ ansible_playbook_python }}"
-"""
-
-CONVERGE = """\
-- name: Converge localhost
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: Write the marker file
-      ansible.builtin.copy:
-        content: "{{ marker_content }}\\n"
-        dest: "{{ marker_path }}"
-        mode: "0644"
-    - name: Say hello
-      ansible.builtin.debug:
-        msg: hello
-      tags: [hello]
-"""
-
-BROKEN = """\
-- name: Break things
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: Fail on purpose
-      ansible.builtin.fail:
-        msg: this task always fails
-"""
 
 
 @dataclass(frozen=True)
@@ -69,22 +35,6 @@ def invoke(argv: list[str]) -> Invocation:
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("home")
-    (root / "ansible.cfg").write_text(ANSIBLE_CFG)
-    (root / "playbooks").mkdir()
-    (root / "playbooks" / "converge.yml").write_text(CONVERGE)
-    (root / "playbooks" / "broken.yml").write_text(BROKEN)
-    (root / "inventories").mkdir()
-    (root / "inventories" / "local.yml").write_text(INVENTORY)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GX10_HOME", str(root))
-        # Keep the default temp artifact dirs of these runs inside the test's tmp tree.
-        mp.setattr("tempfile.tempdir", str(tmp_path_factory.mktemp("artifacts")))
-        yield root
-
-
-@pytest.fixture(scope="module")
 def converge_json(home: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Invocation, Path]:
     work = tmp_path_factory.mktemp("work")
     marker = work / "marker"
@@ -94,14 +44,14 @@ def converge_json(home: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple
         [
             "provision",
             "-i",
-            "inventories/local.yml",
+            "inventories/local",
             "-p",
             "converge",
             "--json",
             "--limit",
             "localhost",
             "--skip-tags",
-            "hello",
+            "report",
             "-e",
             "marker_content=from-command-line",
             "-e",
@@ -113,7 +63,7 @@ def converge_json(home: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple
 
 @pytest.fixture(scope="module")
 def broken_text(home: Path) -> Invocation:
-    return invoke(["provision", "-i", "inventories/local.yml", "-p", "broken.yml"])
+    return invoke(["provision", "-i", "inventories/local", "-p", "broken.yml"])
 
 
 # --- provision -------------------------------------------------------------------------------
@@ -147,7 +97,7 @@ def test_json_mode_sends_progress_to_stderr(converge_json: tuple[Invocation, Pat
     assert "PLAY Converge localhost" in stderr
     assert "TASK Write the marker file" in stderr
     assert "changed     localhost" in stderr
-    assert "Say hello" not in stderr
+    assert "Report the run mode" not in stderr
     assert "Recap" in stderr
 
 
@@ -155,12 +105,13 @@ def test_failed_play_exits_2_with_recap(broken_text: Invocation) -> None:
     assert broken_text.code == 2
     assert broken_text.stderr == ""
     out = broken_text.stdout
-    assert "TASK Fail on purpose" in out
-    assert "failed      localhost  this task always fails" in out
-    assert "Break things / Fail on purpose: this task always fails" in out
+    assert "TASK Run a failing command" in out
+    assert "failed      localhost  non-zero return code: to-stderr" in out
+    assert "Break things / Run a failing command: non-zero return code: to-stderr" in out
     assert "FAILED (status=failed" in out
     recap = next(line for line in out.splitlines() if line.strip().startswith("localhost "))
-    assert recap.split() == ["localhost", "0", "0", "1", "0", "0", "0", "0"]
+    # ok, changed, failed, unreachable, skipped, rescued, ignored
+    assert recap.split() == ["localhost", "2", "0", "1", "0", "0", "1", "1"]
 
 
 @pytest.mark.parametrize(
@@ -171,7 +122,7 @@ def test_failed_play_exits_2_with_recap(broken_text: Invocation) -> None:
     ],
 )
 def test_setup_errors_exit_1(home: Path, argv: list[str], message: str) -> None:
-    base = ["provision", "-i", "inventories/local.yml", "-p", "converge"]
+    base = ["provision", "-i", "inventories/local", "-p", "converge"]
     run = invoke(base + argv)
     assert run.code == 1
     assert run.stdout == ""

@@ -1,6 +1,7 @@
 """gx10.provision against real ansible-playbook runs on localhost.
 
 Each run costs about a second, so the runs are module-scoped fixtures shared by the assertions.
+The project home they run in (the `home` fixture) comes from conftest.py and mini_project.py.
 """
 
 from __future__ import annotations
@@ -9,12 +10,12 @@ import dataclasses
 import json
 import signal
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from mini_project import SECRET
 
 from gx10 import (
     FailedTask,
@@ -27,88 +28,6 @@ from gx10 import (
 )
 from gx10.paths import project_home
 from gx10.provision import resolve_inventory, task_message
-
-# Exported by the test process; must not show up in any artifact.
-SECRET = "gx10-test-secret-0c5d7a"
-
-ANSIBLE_CFG = """\
-[defaults]
-interpreter_python = auto_silent
-host_key_checking = False
-forks = 7
-timeout = 5
-
-[ssh_connection]
-ssh_args = -o ConnectTimeout=2 -o ControlMaster=no
-"""
-
-LOCAL_HOST = """\
-    localhost:
-      ansible_connection: local
-      ansible_python_interpreter: "{{ ansible_playbook_python }}"
-"""
-
-# One changed task and one ok task; the ok task shows check mode and that our ansible.cfg
-# (forks = 7) is the one in effect.
-CONVERGE = """\
-- name: Converge localhost
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: Write the marker file
-      ansible.builtin.copy:
-        content: "{{ marker_content | default('hello') }}\\n"
-        dest: "{{ marker_path }}"
-        mode: "0644"
-    - name: Report the run mode
-      ansible.builtin.debug:
-        msg: "check={{ ansible_check_mode }} forks={{ forks }}"
-      vars:
-        forks: "{{ lookup('ansible.builtin.config', 'DEFAULT_FORKS') }}"
-      tags: [report]
-"""
-
-# A rescued failure, an ignored failure, then a real one that stops the host.
-BROKEN = """\
-- name: Break things
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: Recover from a failure
-      block:
-        - name: Fail inside a block
-          ansible.builtin.fail:
-            msg: rescued failure
-      rescue:
-        - name: Rescue it
-          ansible.builtin.debug:
-            msg: recovered
-    - name: Ignore a failure
-      ansible.builtin.command: "false"
-      ignore_errors: true
-      changed_when: false
-    - name: Run a failing command
-      ansible.builtin.command: sh -c 'echo to-stdout; echo to-stderr >&2; exit 3'
-      changed_when: false
-    - name: Never reached
-      ansible.builtin.debug:
-        msg: not reached
-"""
-
-
-def write_project(home: Path) -> None:
-    """A minimal project home: ansible.cfg, two playbooks, a local and a half-dead inventory."""
-    (home / "ansible.cfg").write_text(ANSIBLE_CFG)
-    (home / "playbooks").mkdir()
-    (home / "playbooks" / "converge.yml").write_text(CONVERGE)
-    (home / "playbooks" / "broken.yml").write_text(BROKEN)
-    local = home / "inventories" / "local"
-    local.mkdir(parents=True)
-    (local / "hosts.yml").write_text(f"all:\n  hosts:\n{LOCAL_HOST}")
-    # ssh to a closed port: refused at once, so the host is unreachable without a long timeout.
-    ghost = "    ghost:\n      ansible_connection: ssh\n      ansible_host: 127.0.0.1\n"
-    ghost += "      ansible_port: 1\n"
-    (home / "inventories" / "mixed.yml").write_text(f"all:\n  hosts:\n{LOCAL_HOST}{ghost}")
 
 
 @dataclass(frozen=True)
@@ -126,16 +45,6 @@ class Run:
             if e["event"].startswith("runner_on_") and e["event_data"].get("task") == task
             if "res" in e["event_data"]
         ]
-
-
-@pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("home")
-    write_project(root)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GX10_HOME", str(root))
-        mp.setenv("GX10_TEST_SECRET", SECRET)
-        yield root
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,22 @@
+"""The `home` fixture: a fresh mini project home (see mini_project.py) for each test module."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mini_project import SECRET, write_project
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The project home, with GX10_HOME pointing at it and SECRET in the environment."""
+    root = tmp_path_factory.mktemp("home")
+    write_project(root)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GX10_HOME", str(root))
+        mp.setenv("GX10_TEST_SECRET", SECRET)
+        # Keep the default temp artifact dirs of these runs inside the test's tmp tree.
+        mp.setattr("tempfile.tempdir", str(tmp_path_factory.mktemp("artifacts")))
+        yield root
