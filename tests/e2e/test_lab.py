@@ -97,6 +97,7 @@ def test_each_node_has_its_own_engine_and_the_registry_serves_both(lab_up: lab.L
     # The other node's engine has not seen it: engines are not shared.
     assert not node_sh("gx10-b", "docker images -q gx10-registry:5000/gx10/probe:e2e").strip()
     node_sh("gx10-a", "docker rmi -f gx10-registry:5000/gx10/probe:e2e >/dev/null")
+    _docker("rmi", tag)
 
 
 def test_gpu_simulator_answers_like_a_gb10(lab_up: lab.LabStatus) -> None:
