@@ -115,3 +115,10 @@ def test_status_reports_a_missing_cable(lab_up: lab.LabStatus) -> None:
     assert any("enp1s0f0np0" in p for p in broken.problems), broken.problems
     repaired = lab.up(log=lambda _: None)
     assert repaired.running
+
+
+def test_node_sysfs_is_writable_so_netplan_apply_can_trigger_udev(lab_up: lab.LabStatus) -> None:
+    """As on a real node: `netplan apply` runs `udevadm trigger`, which writes to /sys."""
+    for node in ("gx10-a", "gx10-b"):
+        assert node_sh(node, "findmnt -n -o OPTIONS /sys").startswith("rw"), node
+        node_sh(node, "udevadm trigger --attr-match=subsystem=net")

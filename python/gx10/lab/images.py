@@ -78,6 +78,7 @@ def node_spec() -> ImageSpec:
         packages_file=node / "packages.txt",
         files={
             "/etc/docker/daemon.json": node / "daemon.json",
+            "/etc/systemd/system/gx10-lab-sysfs-rw.service": node / "gx10-lab-sysfs-rw.service",
             "/usr/local/lib/gx10-sim/nvidia_smi.py": HERE / "simulators" / "nvidia_smi.py",
         },
         setup=node / "setup.sh",

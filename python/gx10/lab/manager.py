@@ -8,7 +8,9 @@ Design choices, and why:
 * Where this machine's Docker may grant every capability, nodes run `--privileged`. In sandboxes
   whose bounding set lacks some (CAP_SYS_RESOURCE, typically), `--privileged` fails outright, so
   the node gets every capability the host has, unconfined seccomp/AppArmor/system paths, and the
-  host cgroup tree: what systemd and a nested Docker need.
+  host cgroup tree: what systemd and a nested Docker need. Docker then mounts /sys read-only, so
+  the node image remounts it read-write at boot (gx10-lab-sysfs-rw.service): `netplan apply`
+  runs `udevadm trigger`, which writes to /sys, as on any real host.
 * Each rail is one veth pair created directly inside the two nodes' network namespaces with the
   real GB10 netdev name on both ends: a cable, no bridge, no switch. Deleting a node deletes its
   namespace and with it the cable.

@@ -10,6 +10,8 @@ systemctl enable systemd-networkd.service docker.service containerd.service
 # Docker, not networkd, configures the lab's management link (eth0), so wait-online would wait
 # its full two minutes for a link it never manages, holding docker.service back.
 systemctl mask systemd-networkd-wait-online.service
+# Writable /sys as on a real host (see the unit's comment).
+systemctl enable gx10-lab-sysfs-rw.service
 # Test equipment: the nvidia-smi simulator stands where the real tool lives.
 chmod 0755 /usr/local/lib/gx10-sim/nvidia_smi.py
 ln -sf /usr/local/lib/gx10-sim/nvidia_smi.py /usr/bin/nvidia-smi
