@@ -1,0 +1,152 @@
+#!/usr/bin/python
+# SPDX-License-Identifier: Apache-2.0
+"""Module gx10.cluster.container_wait: wait, bounded, until a container is ready or has died."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: container_wait
+short_description: Wait until a container logs a line or answers HTTP, or fail with its log
+description:
+  - Polls a Docker container until its log matches I(log_regex) and/or I(url) answers with
+    I(status), within I(timeout) seconds. Fails at once, with the log tail, if the container
+    exits or is missing; fails with the log tail on timeout. Read-only; runs the same in check
+    mode.
+  - Used for the ordered launch: a headless vLLM worker is "up" once it logs that it is joining
+    the head; the head is ready when C(/health) answers 200.
+options:
+  container:
+    description: Container name or id.
+    type: str
+    required: true
+  log_regex:
+    description: A Python regular expression a log line must match.
+    type: str
+  url:
+    description: A URL that must answer with I(status).
+    type: str
+  status:
+    description: The HTTP status I(url) must answer with.
+    type: int
+    default: 200
+  timeout:
+    description: Seconds to wait in all.
+    type: int
+    default: 900
+  interval:
+    description: Seconds between polls.
+    type: float
+    default: 2
+  tail:
+    description: Log lines to return.
+    type: int
+    default: 40
+author:
+  - gx10 maintainers
+"""
+
+EXAMPLES = r"""
+- name: Wait for the head
+  gx10.cluster.container_wait:
+    container: gx10-vllm
+    url: http://127.0.0.1:8000/health
+    timeout: 900
+"""
+
+RETURN = r"""
+elapsed:
+  description: Seconds waited.
+  returned: always
+  type: float
+log_tail:
+  description: The last I(tail) log lines.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import re
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def _state(container: str) -> str | None:
+    proc = subprocess.run(
+        ["docker", "inspect", "--format", "{{.State.Status}}", container],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def _logs(container: str, tail: int | None = None) -> list[str]:
+    cmd = ["docker", "logs"] + (["--tail", str(tail)] if tail else []) + [container]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    return (proc.stdout + proc.stderr).splitlines()
+
+
+def _http_status(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except (OSError, ValueError):
+        return None
+
+
+def wait(params: dict[str, Any], clock: Any = time) -> tuple[bool, str, float, list[str]]:
+    """Returns (ready, reason, elapsed, log tail)."""
+    container, tail = params["container"], params["tail"]
+    pattern = re.compile(params["log_regex"]) if params.get("log_regex") else None
+    started = clock.monotonic()
+    while True:
+        elapsed = clock.monotonic() - started
+        state = _state(container)
+        if state is None:
+            return False, f"container {container} does not exist", elapsed, []
+        if state != "running":
+            return False, f"container {container} is {state}", elapsed, _logs(container, tail)
+        log_ok = pattern is None or any(pattern.search(line) for line in _logs(container))
+        url_ok = not params.get("url") or _http_status(params["url"]) == params["status"]
+        if log_ok and url_ok:
+            return True, "ready", elapsed, _logs(container, tail)
+        if elapsed >= params["timeout"]:
+            waiting = []
+            if not log_ok:
+                waiting.append(f"a log line matching {params['log_regex']!r}")
+            if not url_ok:
+                waiting.append(f"{params['url']} to answer {params['status']}")
+            reason = f"timed out after {params['timeout']} s waiting for {' and '.join(waiting)}"
+            return False, reason, elapsed, _logs(container, tail)
+        clock.sleep(params["interval"])
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "container": {"type": "str", "required": True},
+            "log_regex": {"type": "str"},
+            "url": {"type": "str"},
+            "status": {"type": "int", "default": 200},
+            "timeout": {"type": "int", "default": 900},
+            "interval": {"type": "float", "default": 2},
+            "tail": {"type": "int", "default": 40},
+        },
+        required_one_of=[("log_regex", "url")],
+        supports_check_mode=True,
+    )
+    ready, reason, elapsed, tail = wait(module.params)
+    result = {"changed": False, "elapsed": round(elapsed, 1), "log_tail": tail}
+    if not ready:
+        module.fail_json(msg=f"{reason}; last log lines:\n" + "\n".join(tail), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,519 @@
+"""Diagnose the known faults of a GB10 cluster from evidence gathered on its nodes.
+
+Pure Python: no Ansible. `Evidence` is what one node showed (rails, GID tables, the NCCL env file,
+containers, measured bandwidth, clock cap); `diagnose` turns a list of them plus the cluster plan
+(`gx10_plan`, from `gx10.cluster.validate_cluster`) into `Finding`s, each with the evidence and the
+fix. The faults and their remedies are the ones in FIELD_NOTES sections 2 to 4.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, cast
+
+from gx10.doctor._collection import module_utils
+
+Severity = Literal["error", "warning"]
+CLUSTER = "cluster"  # Finding.node of a finding about the cluster as a whole
+ROCE_V2 = "RoCE v2"
+MIN_PCIE_WIDTH = 4
+
+# The codes, one per known fault; the CLI and tests refer to them.
+NODE_UNREACHABLE = "NODE_UNREACHABLE"
+RAIL_MISSING = "RAIL_MISSING"
+RAILS_SAME_SUBNET = "RAILS_SAME_SUBNET"
+RAIL_IP_MISSING = "RAIL_IP_MISSING"
+RAIL_LINK_LOCAL = "RAIL_LINK_LOCAL"
+GID_MISSING = "GID_MISSING"
+GID_INDEX_MISMATCH = "GID_INDEX_MISMATCH"
+GID_PINNED_LITERAL = "GID_PINNED_LITERAL"
+GID_RAILS_DISAGREE = "GID_RAILS_DISAGREE"
+BANDWIDTH_DEGRADED = "BANDWIDTH_DEGRADED"
+BANDWIDTH_LOW = "BANDWIDTH_LOW"
+PCIE_WIDTH_LOW = "PCIE_WIDTH_LOW"
+MTU_MISMATCH = "MTU_MISMATCH"
+CONTAINER_NO_INFINIBAND = "CONTAINER_NO_INFINIBAND"
+CONTAINER_NO_MEMLOCK = "CONTAINER_NO_MEMLOCK"
+WORKER_GONE = "WORKER_GONE"
+HEAD_GONE = "HEAD_GONE"
+CLOCK_CAP_LEFT = "CLOCK_CAP_LEFT"
+
+_RERUN_NCCL = (
+    "rerun the NCCL stage (`gx10 provision -i INV -p nccl.yml`): it resolves each node's index "
+    "from its own GID table and rewrites /etc/gx10/nccl.env; then restart the serving containers "
+    "(worker first, then head)"
+)
+_DISAGREE_FIX = (
+    "a clean reboot rebuilds the GID tables (both rails come back at the same index), or set "
+    "nccl_env_mode: auto (NCCL_IB_GID_INDEX unset, NCCL picks each device's RoCE v2 IPv4 GID)"
+)
+_RESTART_ORDER = (
+    "stop the serving container on every node, then start it on the workers first and the head "
+    "last (`gx10 provision -i INV -t serve`); the head waits for every rank at startup"
+)
+
+
+@dataclass(frozen=True)
+class RailEvidence:
+    """One rail netdev as a node shows it."""
+
+    netdev: str
+    present: bool = True
+    carrier: bool | None = None
+    mtu: int | None = None
+    addresses: tuple[str, ...] = ()  # IPv4/IPv6 addresses as addr/prefix
+    link_local: tuple[str, ...] = ()  # the 169.254/16 and fe80::/10 ones among them
+    pcie_width: int | None = None  # negotiated PCIe link width of the CX-7 function
+    pcie_speed: str | None = None  # e.g. "32.0 GT/s PCIe"
+    rdma_dev: str | None = None
+
+
+@dataclass(frozen=True)
+class ContainerEvidence:
+    """The serving container on a node."""
+
+    name: str
+    rank: int | None
+    state: str  # docker's State.Status: running, exited, ...; "missing" when there is none
+    has_infiniband_device: bool
+    memlock_unlimited: bool
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What one node showed. Optional parts are None (or empty) when not gathered."""
+
+    node: str
+    reachable: bool = True
+    rails: tuple[RailEvidence, ...] = ()
+    # rdma_dev -> populated GID slots as roce_gid's GidEntry.as_dict() gives them
+    gid_tables: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    env: Mapping[str, str] | None = None  # /etc/gx10/nccl.env as docker reads it
+    gid_mode: str | None = None  # nccl_env_mode: pinned or auto
+    containers: tuple[ContainerEvidence, ...] = ()
+    bandwidth_gbps: Mapping[str, float] = field(default_factory=dict)  # netdev -> Gb/s
+    sm_clock_cap_mhz: int | None = None  # locked SM clock now; None: not locked
+    sm_clock_policy_mhz: int | None = None  # the cap the policy wants; None: no cap
+
+    def rail(self, netdev: str) -> RailEvidence | None:
+        return next((rail for rail in self.rails if rail.netdev == netdev), None)
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    severity: Severity
+    node: str
+    summary: str
+    evidence: str
+    fix: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+Rule = Callable[[Sequence[Evidence], Mapping[str, Any]], Iterable[Finding]]
+
+
+def diagnose(evidences: Sequence[Evidence], plan: Mapping[str, Any]) -> list[Finding]:
+    """Every finding, errors first, then by node and code."""
+    findings = [finding for rule in RULES for finding in rule(evidences, plan)]
+    order = {"error": 0, "warning": 1}
+    return sorted(findings, key=lambda f: (order[f.severity], f.node, f.code))
+
+
+def has_errors(findings: Iterable[Finding]) -> bool:
+    return any(finding.severity == "error" for finding in findings)
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _reachable(evidences: Sequence[Evidence]) -> list[Evidence]:
+    return [ev for ev in evidences if ev.reachable]
+
+
+def _plan_rails(plan: Mapping[str, Any], node: str) -> list[Mapping[str, Any]]:
+    host = plan.get("hosts", {}).get(node, {})
+    return list(host.get("rails", []))
+
+
+def _network(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    try:
+        return ipaddress.ip_interface(cidr).network
+    except ValueError:
+        return None
+
+
+def _v2_index(table: Sequence[Mapping[str, Any]], ipv4: str) -> int | None:
+    return next(
+        (int(e["index"]) for e in table if e.get("ipv4") == ipv4 and e.get("type") == ROCE_V2),
+        None,
+    )
+
+
+def _slot(entry: Mapping[str, Any]) -> str:
+    what = entry.get("ipv4") or ("link-local" if entry.get("link_local") else entry.get("gid"))
+    return f"{entry.get('index')}:{what}/{'v2' if entry.get('type') == ROCE_V2 else 'v1'}"
+
+
+def _show_table(dev: str, table: Sequence[Mapping[str, Any]]) -> str:
+    slots = ", ".join(_slot(e) for e in table)
+    return f"{dev} [{slots or 'empty'}]"
+
+
+def _resolved(ev: Evidence, plan: Mapping[str, Any]) -> list[tuple[str, str, str, int | None]]:
+    """(netdev, rdma_dev, address, RoCE v2 index or None) per planned rail with a known table."""
+    found = []
+    for planned in _plan_rails(plan, ev.node):
+        rail = ev.rail(planned["netdev"])
+        if rail is None or rail.rdma_dev is None or rail.rdma_dev not in ev.gid_tables:
+            continue
+        index = _v2_index(ev.gid_tables[rail.rdma_dev], planned["address"])
+        found.append((rail.netdev, rail.rdma_dev, planned["address"], index))
+    return found
+
+
+def _pinned_index(ev: Evidence) -> int | None:
+    text = (ev.env or {}).get("NCCL_IB_GID_INDEX")
+    return int(text) if text is not None and text.strip().isdigit() else None
+
+
+def _serving(ev: Evidence) -> bool:
+    return ev.reachable and any(c.state == "running" for c in ev.containers)
+
+
+# --- rules -----------------------------------------------------------------------------------
+
+
+def rule_unreachable(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    for ev in evs:
+        if not ev.reachable:
+            yield Finding(
+                NODE_UNREACHABLE,
+                "error",
+                ev.node,
+                "node did not answer; nothing else could be checked on it",
+                "the evidence play could not reach the node",
+                "check that the node is powered and on the management network "
+                "(`ansible -m ping NODE`)",
+            )
+
+
+def rule_rail_missing(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    for ev in _reachable(evs):
+        for planned in _plan_rails(plan, ev.node):
+            rail = ev.rail(planned["netdev"])
+            if rail is None or not rail.present:
+                yield Finding(
+                    RAIL_MISSING,
+                    "error",
+                    ev.node,
+                    f"rail netdev {planned['netdev']} does not exist",
+                    f"no {planned['netdev']} in /sys/class/net",
+                    "check the CX-7 driver and cabling (`ip -br link`), or correct the netdev "
+                    "names in gx10_rails",
+                )
+
+
+def rule_same_subnet(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    for ev in _reachable(evs):
+        seen: list[tuple[str, str, ipaddress.IPv4Network | ipaddress.IPv6Network]] = []
+        clashes: list[str] = []
+        for rail in ev.rails:
+            for cidr in rail.addresses:
+                net = _network(cidr)
+                if net is None or cidr in rail.link_local:
+                    continue
+                for netdev, other, other_net in seen:
+                    if netdev != rail.netdev and net.overlaps(other_net):
+                        clashes.append(f"{netdev} {other} and {rail.netdev} {cidr}")
+                seen.append((rail.netdev, cidr, net))
+        if clashes:
+            yield Finding(
+                RAILS_SAME_SUBNET,
+                "error",
+                ev.node,
+                "two rails have addresses in the same subnet",
+                "; ".join(clashes),
+                "give every rail its own subnet (gx10_rails) and rerun the network stage "
+                "(`gx10 provision -i INV -t network`): on one subnet the kernel sends all traffic "
+                "through one twin, so NCCL fails or runs at half bandwidth",
+            )
+
+
+def rule_rail_ip_missing(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    for ev in _reachable(evs):
+        for planned in _plan_rails(plan, ev.node):
+            rail = ev.rail(planned["netdev"])
+            if rail is None or not rail.present or planned["cidr"] in rail.addresses:
+                continue
+            yield Finding(
+                RAIL_IP_MISSING,
+                "error",
+                ev.node,
+                f"rail {planned['netdev']} lacks its address {planned['cidr']}",
+                f"{planned['netdev']} has {', '.join(rail.addresses) or 'no address'}",
+                "rerun the network stage (`gx10 provision -i INV -t network`); if it comes back "
+                "without it, read `journalctl -u NetworkManager -u systemd-networkd`",
+            )
+
+
+def rule_link_local(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    for ev in _reachable(evs):
+        for rail in ev.rails:
+            if rail.link_local:
+                yield Finding(
+                    RAIL_LINK_LOCAL,
+                    "error",
+                    ev.node,
+                    f"link-local addresses on rail {rail.netdev}",
+                    f"{rail.netdev} has {', '.join(rail.link_local)}",
+                    "remove them (netplan `link-local: []`, no avahi-autoipd or NetworkManager "
+                    "ipv4ll on the rail; the network stage writes that): they take GID slots, move "
+                    "the indices, and NCCL bootstrap has picked them",
+                )
+
+
+def rule_gid(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    """GID_MISSING, GID_RAILS_DISAGREE (pinned mode) and GID_INDEX_MISMATCH, per node."""
+    for ev in _reachable(evs):
+        resolved = _resolved(ev, plan)
+        tables = "; ".join(
+            _show_table(dev, ev.gid_tables[dev]) for _netdev, dev, _addr, _index in resolved
+        )
+        missing = [(netdev, dev, addr) for netdev, dev, addr, index in resolved if index is None]
+        for netdev, dev, addr in missing:
+            yield Finding(
+                GID_MISSING,
+                "error",
+                ev.node,
+                f"{dev} ({netdev}) has no RoCE v2 GID for {addr}",
+                _show_table(dev, ev.gid_tables[dev]),
+                "the kernel adds it when the address is on the netdev and the link is up: fix the "
+                "rail address first (RAIL_IP_MISSING), then check `rdma link show`",
+            )
+        indices = {index for _n, _d, _a, index in resolved if index is not None}
+        pinned = ev.gid_mode == "pinned" or _pinned_index(ev) is not None
+        if pinned and len(indices) > 1:
+            yield Finding(
+                GID_RAILS_DISAGREE,
+                "error",
+                ev.node,
+                "the rails' RoCE v2 GID indices differ; one pinned NCCL_IB_GID_INDEX cannot serve "
+                "both HCAs",
+                tables,
+                _DISAGREE_FIX,
+            )
+        index = _pinned_index(ev)
+        wrong = [(n, d, a, i) for n, d, a, i in resolved if i is not None and i != index]
+        if index is not None and wrong:
+            yield Finding(
+                GID_INDEX_MISMATCH,
+                "error",
+                ev.node,
+                f"nccl.env pins NCCL_IB_GID_INDEX={index}, which is not this node's RoCE v2 IPv4 "
+                f"entry ({', '.join(f'{d} has {a} at {i}' for _n, d, a, i in wrong)})",
+                tables,
+                _RERUN_NCCL,
+            )
+
+
+def rule_pinned_literal(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    nodes = [ev for ev in _reachable(evs) if _pinned_index(ev) is not None]
+    pins = {_pinned_index(ev) for ev in nodes}
+    if len(nodes) < 2 or len(pins) != 1:
+        return
+    actual = {
+        ev.node: sorted({i for _n, _d, _a, i in _resolved(ev, plan) if i is not None})
+        for ev in nodes
+    }
+    if len({tuple(v) for v in actual.values() if v}) > 1:
+        yield Finding(
+            GID_PINNED_LITERAL,
+            "error",
+            CLUSTER,
+            f"every node pins NCCL_IB_GID_INDEX={pins.pop()} while their GID tables differ: one "
+            "literal for all nodes wedges NCCL ('unhandled system error')",
+            "; ".join(f"{node} resolves {v}" for node, v in sorted(actual.items())),
+            "do not set NCCL_IB_GID_INDEX by hand (nccl_env_extra, docker -e, a recipe's "
+            f"default); {_RERUN_NCCL}",
+        )
+
+
+def rule_bandwidth(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    fabric = module_utils("fabric_parse")
+    classify = cast(Callable[[float], str], fabric.classify_bandwidth)
+    minimum = cast(float, fabric.PER_RAIL_MIN_GBPS)
+    low, high = cast(tuple[float, float], fabric.DEGRADED_BAND_GBPS)
+    for ev in _reachable(evs):
+        for netdev, gbps in sorted(ev.bandwidth_gbps.items()):
+            status = classify(gbps)
+            if status == "degraded_known":
+                yield Finding(
+                    BANDWIDTH_DEGRADED,
+                    "error",
+                    ev.node,
+                    f"rail {netdev} runs RDMA at {gbps:.2f} Gb/s, in the {low:g}-{high:g} Gb/s "
+                    "band of the known ConnectX-7 stuck state",
+                    f"{netdev}: {gbps:.2f} Gb/s measured, at least {minimum:g} expected",
+                    cast(str, fabric.DEGRADED_REMEDY),
+                )
+            elif status == "low":
+                yield Finding(
+                    BANDWIDTH_LOW,
+                    "error",
+                    ev.node,
+                    f"rail {netdev} runs at {gbps:.2f} Gb/s, below {minimum:g}",
+                    f"{netdev}: {gbps:.2f} Gb/s measured",
+                    cast(str, fabric.LOW_REMEDY),
+                )
+
+
+def rule_pcie_width(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    for ev in _reachable(evs):
+        for rail in ev.rails:
+            if rail.pcie_width is not None and rail.pcie_width < MIN_PCIE_WIDTH:
+                yield Finding(
+                    PCIE_WIDTH_LOW,
+                    "error",
+                    ev.node,
+                    f"the CX-7 function of {rail.netdev} negotiated PCIe x{rail.pcie_width}, "
+                    f"below x{MIN_PCIE_WIDTH}",
+                    f"{rail.netdev}: current_link_width {rail.pcie_width}"
+                    + (f", current_link_speed {rail.pcie_speed}" if rail.pcie_speed else ""),
+                    "early GX10 BIOS trains the second twin at Gen5 x2: update the BIOS, then "
+                    "power-cycle the node and check `lspci -vv` LnkSta again",
+                )
+
+
+def rule_mtu(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    want = plan.get("mtu")
+    reachable = _reachable(evs)
+    for ev in reachable:
+        for rail in ev.rails:
+            if rail.mtu is None or not rail.present:
+                continue
+            peers = [
+                f"{other.node} {peer.mtu}"
+                for other in reachable
+                if other is not ev and (peer := other.rail(rail.netdev)) is not None
+            ]
+            peer_mtus = {
+                peer.mtu
+                for other in reachable
+                if other is not ev and (peer := other.rail(rail.netdev)) is not None
+            }
+            # Against the plan when it has an MTU (then only the wrong end is reported), else
+            # between the ends of the rail.
+            wrong = rail.mtu != want if want is not None else bool(peer_mtus - {None, rail.mtu})
+            if wrong:
+                yield Finding(
+                    MTU_MISMATCH,
+                    "error",
+                    ev.node,
+                    f"rail {rail.netdev} has MTU {rail.mtu}, the plan says {want}"
+                    if want is not None
+                    else f"rail {rail.netdev} has MTU {rail.mtu}, its peer differs",
+                    f"{ev.node} {rail.mtu}; " + ("; ".join(peers) or "no peer seen"),
+                    "rerun the network stage (`gx10 provision -i INV -t network`) so both ends "
+                    f"carry MTU {want}; a smaller MTU on one end drops jumbo frames silently",
+                )
+
+
+def rule_containers(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    for ev in _reachable(evs):
+        for c in ev.containers:
+            if c.state != "running":
+                continue
+            if not c.has_infiniband_device:
+                yield Finding(
+                    CONTAINER_NO_INFINIBAND,
+                    "error",
+                    ev.node,
+                    f"container {c.name} has no /dev/infiniband",
+                    f"{c.name}: HostConfig.Devices lacks /dev/infiniband",
+                    "recreate it with `--device /dev/infiniband` (the serve stage does): without "
+                    "it NCCL silently falls back to sockets",
+                )
+            if not c.memlock_unlimited:
+                yield Finding(
+                    CONTAINER_NO_MEMLOCK,
+                    "error",
+                    ev.node,
+                    f"container {c.name} has a memlock limit",
+                    f"{c.name}: Ulimits has no memlock=-1",
+                    "recreate it with `--ulimit memlock=-1` (the serve stage does): otherwise "
+                    "ibv_reg_mr fails with ENOMEM",
+                )
+
+
+def rule_peer_gone(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    by_node = {ev.node: ev for ev in evs}
+    head = str(plan.get("head", ""))
+    workers = [str(w) for w in plan.get("workers", [])]
+    if head not in by_node:
+        return
+    head_up = _serving(by_node[head])
+    for worker in workers:
+        ev = by_node.get(worker)
+        if ev is None:
+            continue
+        worker_up = _serving(ev)
+        if head_up and not worker_up:
+            yield Finding(
+                WORKER_GONE,
+                "error",
+                worker,
+                f"the head {head} serves but worker {worker} has no running container",
+                _container_states(ev),
+                "the tensor-parallel group is broken and requests hang or fail: " + _RESTART_ORDER,
+            )
+        if worker_up and not head_up:
+            yield Finding(
+                HEAD_GONE,
+                "error",
+                head,
+                f"worker {worker} runs but the head {head} has no running container",
+                _container_states(by_node[head]),
+                "the worker waits for a head that is gone: " + _RESTART_ORDER,
+            )
+
+
+def _container_states(ev: Evidence) -> str:
+    if not ev.reachable:
+        return f"{ev.node} unreachable"
+    return ", ".join(f"{c.name} {c.state}" for c in ev.containers) or "no serving container"
+
+
+def rule_clock_cap(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    for ev in _reachable(evs):
+        cap, policy = ev.sm_clock_cap_mhz, ev.sm_clock_policy_mhz
+        if cap is not None and cap != policy:
+            yield Finding(
+                CLOCK_CAP_LEFT,
+                "warning",
+                ev.node,
+                f"the GPU SM clock is locked at {cap} MHz, left behind by a benchmark or test",
+                f"locked {cap} MHz, policy {f'{policy} MHz' if policy else 'no cap'}",
+                "reset it with `nvidia-smi -rgc` (or rerun the stage that sets the policy)",
+            )
+
+
+RULES: tuple[Rule, ...] = (
+    rule_unreachable,
+    rule_rail_missing,
+    rule_same_subnet,
+    rule_rail_ip_missing,
+    rule_link_local,
+    rule_gid,
+    rule_pinned_literal,
+    rule_bandwidth,
+    rule_pcie_width,
+    rule_mtu,
+    rule_containers,
+    rule_peer_gone,
+    rule_clock_cap,
+)

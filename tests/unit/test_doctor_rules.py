@@ -1,0 +1,373 @@
+"""gx10 doctor rules: each known fault found on realistic evidence, and not on a healthy cluster.
+
+The GID tables are what the collection's resolver reads from sysfs trees that the lab's RDMA
+simulator builds from recorded `ip -j addr show` output (tests/fixtures/ip-addr); the plan is the
+one `gx10.cluster.validate_cluster` computes for the default rails; the bandwidth figures are the
+field notes' (92.57/97.28 healthy, 13.26 stuck).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from gx10.doctor import (
+    ContainerEvidence,
+    Evidence,
+    Finding,
+    RailEvidence,
+    diagnose,
+    findings_json,
+    print_findings,
+)
+from gx10.doctor import rules as r
+from gx10.doctor._collection import module_utils
+from gx10.lab.simulators.rdma_sysfs import sync
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORDINGS = ROOT / "tests" / "fixtures" / "ip-addr"
+RAIL0, RAIL1 = "enp1s0f0np0", "enP2p1s0f0np0"
+DEV0, DEV1 = "rocep1s0f0", "roceP2p1s0f0"
+OCTETS = {"gx10-a": "10", "gx10-b": "11"}
+
+
+def _recording(name: str, octet: str) -> str:
+    text = (RECORDINGS / f"{name}.json").read_text(encoding="utf-8")
+    return text.replace('"192.168.100.10"', f'"192.168.100.{octet}"').replace(
+        '"192.168.101.10"', f'"192.168.101.{octet}"'
+    )
+
+
+def gid_tables(root: Path, octet: str, recording: str = "1-rail-ipv4", shift: int = 0) -> Any:
+    roce_gid = module_utils("roce_gid")
+    sync(str(root), _recording(recording, octet), shift=shift, reset=True)
+    return {
+        dev: [e.as_dict() for e in roce_gid.read_gid_table(str(root), dev)] for dev in (DEV0, DEV1)
+    }
+
+
+@pytest.fixture(scope="module")
+def plan() -> dict[str, Any]:
+    cluster_plan = module_utils("cluster_plan")
+    return dict(cluster_plan.build_plan({"head": ["gx10-a"], "workers": ["gx10-b"]}, {}))
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return {
+        node: gid_tables(tmp_path_factory.mktemp(node), octet) for node, octet in OCTETS.items()
+    }
+
+
+def node_evidence(node: str, tables: dict[str, Any], **changes: Any) -> Evidence:
+    octet = OCTETS[node]
+    rails = (
+        RailEvidence(
+            RAIL0, True, True, 9000, (f"192.168.100.{octet}/24",), (), 4, "32.0 GT/s PCIe", DEV0
+        ),
+        RailEvidence(
+            RAIL1, True, True, 9000, (f"192.168.101.{octet}/24",), (), 4, "32.0 GT/s PCIe", DEV1
+        ),
+    )
+    base = Evidence(
+        node=node,
+        rails=rails,
+        gid_tables=tables[node],
+        env={"NCCL_IB_HCA": f"{DEV0},{DEV1}", "NCCL_IB_GID_INDEX": "3"},
+        gid_mode="pinned",
+        containers=(
+            ContainerEvidence("gx10-vllm", 0 if node == "gx10-a" else 1, "running", True, True),
+        ),
+        bandwidth_gbps={RAIL0: 92.57, RAIL1: 97.28},
+        sm_clock_cap_mhz=None,
+        sm_clock_policy_mhz=None,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def cluster(tables: dict[str, Any], node: str = "", **changes: Any) -> list[Evidence]:
+    return [node_evidence(n, tables, **(changes if n == node else {})) for n in OCTETS]
+
+
+def rail(
+    ev_tables: dict[str, Any], node: str, index: int, **changes: Any
+) -> tuple[RailEvidence, ...]:
+    rails = list(node_evidence(node, ev_tables).rails)
+    rails[index] = dataclasses.replace(rails[index], **changes)
+    return tuple(rails)
+
+
+def codes(findings: list[Finding]) -> list[tuple[str, str]]:
+    return [(f.code, f.node) for f in findings]
+
+
+def test_healthy_cluster_has_no_finding(plan: dict[str, Any], tables: dict[str, Any]) -> None:
+    assert diagnose(cluster(tables), plan) == []
+
+
+# Each case: (build the faulty evidence from the tables, code, node, a piece of the fix).
+Case = tuple[Callable[[dict[str, Any], Path], list[Evidence]], str, str, str]
+FAULTS: dict[str, Case] = {
+    "unreachable": (
+        lambda t, _p: cluster(t, "gx10-b", reachable=False, containers=()),
+        r.NODE_UNREACHABLE,
+        "gx10-b",
+        "ansible -m ping",
+    ),
+    "rail missing": (
+        lambda t, _p: cluster(t, "gx10-a", rails=rail(t, "gx10-a", 1, present=False, addresses=())),
+        r.RAIL_MISSING,
+        "gx10-a",
+        "ip -br link",
+    ),
+    "same subnet": (
+        lambda t, _p: cluster(
+            t,
+            "gx10-a",
+            rails=rail(t, "gx10-a", 1, addresses=("192.168.101.10/24", "192.168.100.20/24")),
+        ),
+        r.RAILS_SAME_SUBNET,
+        "gx10-a",
+        "own subnet",
+    ),
+    "rail ip missing": (
+        lambda t, p: cluster(
+            gid_t := {**t, "gx10-b": gid_tables(p, "11", "3-rail0-ipv4-removed")},
+            "gx10-b",
+            rails=rail(
+                gid_t, "gx10-b", 0, addresses=("169.254.23.7/16",), link_local=("169.254.23.7/16",)
+            ),
+        ),
+        r.RAIL_IP_MISSING,
+        "gx10-b",
+        "network stage",
+    ),
+    "link local": (
+        lambda t, p: cluster(
+            gid_t := {**t, "gx10-a": gid_tables(p, "10", "2-plus-link-local")},
+            "gx10-a",
+            rails=rail(
+                gid_t,
+                "gx10-a",
+                0,
+                addresses=("192.168.100.10/24", "169.254.23.7/16"),
+                link_local=("169.254.23.7/16",),
+            ),
+        ),
+        r.RAIL_LINK_LOCAL,
+        "gx10-a",
+        "link-local: []",
+    ),
+    "gid missing": (
+        lambda t, p: cluster(
+            {**t, "gx10-b": gid_tables(p, "11", "0-no-ipv4")}, "gx10-b", env=None, gid_mode="auto"
+        ),
+        r.GID_MISSING,
+        "gx10-b",
+        "rdma link show",
+    ),
+    "gid index mismatch": (
+        # The worker's table moved (stale slots in front: v2 at 6); its file still says 3.
+        lambda t, p: cluster({**t, "gx10-b": gid_tables(p, "11", shift=5)}),
+        r.GID_INDEX_MISMATCH,
+        "gx10-b",
+        "nccl.yml",
+    ),
+    "pinned literal": (
+        lambda t, p: cluster({**t, "gx10-b": gid_tables(p, "11", shift=5)}),
+        r.GID_PINNED_LITERAL,
+        r.CLUSTER,
+        "do not set NCCL_IB_GID_INDEX by hand",
+    ),
+    "rails disagree": (
+        lambda t, p: [
+            node_evidence("gx10-a", t),
+            node_evidence(
+                "gx10-b",
+                {"gx10-b": {DEV0: gid_tables(p, "11", shift=5)[DEV0], DEV1: t["gx10-b"][DEV1]}},
+                env={"NCCL_IB_HCA": f"{DEV0},{DEV1}"},
+            ),
+        ],
+        r.GID_RAILS_DISAGREE,
+        "gx10-b",
+        "clean reboot",
+    ),
+    "degraded band": (
+        lambda t, _p: cluster(t, "gx10-a", bandwidth_gbps={RAIL0: 13.26, RAIL1: 97.28}),
+        r.BANDWIDTH_DEGRADED,
+        "gx10-a",
+        "cut AC power",
+    ),
+    "low bandwidth": (
+        lambda t, _p: cluster(t, "gx10-a", bandwidth_gbps={RAIL0: 45.0, RAIL1: 97.28}),
+        r.BANDWIDTH_LOW,
+        "gx10-a",
+        "PCIe link width",
+    ),
+    "pcie x2": (
+        lambda t, _p: cluster(t, "gx10-b", rails=rail(t, "gx10-b", 1, pcie_width=2)),
+        r.PCIE_WIDTH_LOW,
+        "gx10-b",
+        "BIOS",
+    ),
+    "mtu": (
+        lambda t, _p: cluster(t, "gx10-b", rails=rail(t, "gx10-b", 0, mtu=1500)),
+        r.MTU_MISMATCH,
+        "gx10-b",
+        "MTU 9000",
+    ),
+    "no /dev/infiniband": (
+        lambda t, _p: cluster(
+            t, "gx10-a", containers=(ContainerEvidence("gx10-vllm", 0, "running", False, True),)
+        ),
+        r.CONTAINER_NO_INFINIBAND,
+        "gx10-a",
+        "--device /dev/infiniband",
+    ),
+    "memlock": (
+        lambda t, _p: cluster(
+            t, "gx10-b", containers=(ContainerEvidence("gx10-vllm", 1, "running", True, False),)
+        ),
+        r.CONTAINER_NO_MEMLOCK,
+        "gx10-b",
+        "memlock=-1",
+    ),
+    "worker gone": (
+        lambda t, _p: cluster(
+            t, "gx10-b", containers=(ContainerEvidence("gx10-vllm", 1, "exited", True, True),)
+        ),
+        r.WORKER_GONE,
+        "gx10-b",
+        "workers first",
+    ),
+    "head gone": (
+        lambda t, _p: cluster(t, "gx10-a", containers=()),
+        r.HEAD_GONE,
+        "gx10-a",
+        "workers first",
+    ),
+    "clock cap": (
+        lambda t, _p: cluster(t, "gx10-a", sm_clock_cap_mhz=1400),
+        r.CLOCK_CAP_LEFT,
+        "gx10-a",
+        "nvidia-smi -rgc",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", FAULTS.values(), ids=FAULTS.keys())
+def test_each_fault_is_found_with_its_node_and_fix(
+    case: Case, plan: dict[str, Any], tables: dict[str, Any], tmp_path: Path
+) -> None:
+    build, code, node, fix = case
+    findings = diagnose(build(tables, tmp_path), plan)
+    found = [f for f in findings if f.code == code]
+    assert found, codes(findings)
+    assert {f.node for f in found} == {node}, codes(findings)
+    assert fix in found[0].fix
+    assert found[0].evidence
+
+
+# Near misses: healthy variations that must not raise the rule's code.
+NEAR_MISSES: dict[str, tuple[Callable[[dict[str, Any], Path], list[Evidence]], str]] = {
+    "rail present": (lambda t, _p: cluster(t), r.RAIL_MISSING),
+    "subnets apart": (lambda t, _p: cluster(t), r.RAILS_SAME_SUBNET),
+    "extra address, own still there": (
+        lambda t, _p: cluster(
+            t, "gx10-a", rails=rail(t, "gx10-a", 0, addresses=("192.168.100.10/24", "10.9.9.9/8"))
+        ),
+        r.RAIL_IP_MISSING,
+    ),
+    "no link-local": (lambda t, _p: cluster(t), r.RAIL_LINK_LOCAL),
+    "each node pins its own index": (
+        lambda t, p: cluster(
+            {**t, "gx10-b": gid_tables(p, "11", shift=5)},
+            "gx10-b",
+            env={"NCCL_IB_HCA": f"{DEV0},{DEV1}", "NCCL_IB_GID_INDEX": "6"},
+        ),
+        r.GID_INDEX_MISMATCH,
+    ),
+    "same literal, same tables": (lambda t, _p: cluster(t), r.GID_PINNED_LITERAL),
+    "auto mode, rails differ": (
+        lambda t, p: [
+            node_evidence("gx10-a", t),
+            node_evidence(
+                "gx10-b",
+                {"gx10-b": {DEV0: gid_tables(p, "11", shift=5)[DEV0], DEV1: t["gx10-b"][DEV1]}},
+                env={"NCCL_IB_HCA": f"{DEV0},{DEV1}"},
+                gid_mode="auto",
+            ),
+        ],
+        r.GID_RAILS_DISAGREE,
+    ),
+    "after the power cycle": (
+        lambda t, _p: cluster(t, "gx10-a", bandwidth_gbps={RAIL0: 108.33, RAIL1: 96.0}),
+        r.BANDWIDTH_DEGRADED,
+    ),
+    "not measured": (lambda t, _p: cluster(t, "gx10-a", bandwidth_gbps={}), r.BANDWIDTH_LOW),
+    "pcie unknown": (
+        lambda t, _p: cluster(t, "gx10-b", rails=rail(t, "gx10-b", 1, pcie_width=None)),
+        r.PCIE_WIDTH_LOW,
+    ),
+    "mtu as planned": (lambda t, _p: cluster(t), r.MTU_MISMATCH),
+    "stopped container not judged": (
+        lambda t, _p: [
+            node_evidence(n, t, containers=(ContainerEvidence("old", 0, "exited", False, False),))
+            for n in OCTETS
+        ],
+        r.CONTAINER_NO_INFINIBAND,
+    ),
+    "both stopped": (
+        lambda t, _p: [node_evidence(n, t, containers=()) for n in OCTETS],
+        r.WORKER_GONE,
+    ),
+    "cap as the policy wants": (
+        lambda t, _p: cluster(t, "gx10-a", sm_clock_cap_mhz=1400, sm_clock_policy_mhz=1400),
+        r.CLOCK_CAP_LEFT,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", NEAR_MISSES.values(), ids=NEAR_MISSES.keys())
+def test_near_misses_raise_no_finding(
+    case: tuple[Callable[[dict[str, Any], Path], list[Evidence]], str],
+    plan: dict[str, Any],
+    tables: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    build, code = case
+    findings = diagnose(build(tables, tmp_path), plan)
+    assert code not in {f.code for f in findings}, codes(findings)
+
+
+def test_the_simulator_tables_are_what_the_rules_expect(
+    tables: dict[str, Any], tmp_path: Path
+) -> None:
+    # Guards the fixtures: index 3 normally, 6 after a shift of 5 (v1 at 5, v2 at 6).
+    assert r._v2_index(tables["gx10-b"][DEV0], "192.168.100.11") == 3
+    assert r._v2_index(gid_tables(tmp_path, "11", shift=5)[DEV0], "192.168.100.11") == 6
+
+
+def test_renderers(plan: dict[str, Any], tables: dict[str, Any]) -> None:
+    findings = diagnose(
+        cluster(tables, "gx10-a", sm_clock_cap_mhz=1400, bandwidth_gbps={RAIL0: 13.26}), plan
+    )
+    assert [f.severity for f in findings] == ["error", "warning"]  # errors first
+    document = json.loads(findings_json(findings))
+    assert document["ok"] is False
+    assert (document["errors"], document["warnings"]) == (1, 1)
+    assert document["findings"][0]["code"] == r.BANDWIDTH_DEGRADED
+    console = Console(record=True, width=200)
+    print_findings(console, findings)
+    text = console.export_text()
+    assert "BANDWIDTH_DEGRADED" in text
+    assert "1 error(s), 1 warning(s)" in text
+    console = Console(record=True, width=200)
+    print_findings(console, [])
+    assert "no known fault found" in console.export_text()
