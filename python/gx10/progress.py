@@ -2,6 +2,7 @@
 
 `describe_event` is the logic (runner event -> `ProgressLine` or None) and has no rich in it;
 `ProgressPrinter` and `recap_table` only turn those lines and a `ProvisionResult` into rich output.
+`ByteProgress` and `print_verify_report` do the same for hashing and `gx10 model verify`.
 """
 
 from __future__ import annotations
@@ -9,13 +10,23 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, Literal
 
 from rich import box
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
+from gx10.model.verify import VerifyReport
 from gx10.provision import ProvisionResult, task_message
 
 LineKind = Literal["play", "task", "handler", "host", "output"]
@@ -161,3 +172,85 @@ def print_summary(console: Console, result: ProvisionResult) -> None:
         )
     console.print(verdict)
     console.print(Text(f"artifacts: {result.artifact_dir}", style="dim"), soft_wrap=True)
+
+
+# --- model hashing -----------------------------------------------------------------------------
+
+
+class ByteProgress:
+    """A progress bar (bytes, rate, ETA) usable as a hashing `progress(done, total)` callback.
+
+    Thread-safe: the hashing workers call it directly.
+    """
+
+    def __init__(self, console: Console, description: str) -> None:
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(binary_units=True),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+        )
+        self._task = self._progress.add_task(description, total=None)
+
+    def __enter__(self) -> ByteProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._progress.stop()
+
+    def __call__(self, done: int, total: int) -> None:
+        self._progress.update(self._task, completed=done, total=total)
+
+
+_VERIFY_STYLES = {
+    "missing": "bold red",
+    "size_mismatch": "bold red",
+    "hash_mismatch": "bold red",
+    "unreadable": "bold magenta",
+    "extra": "yellow",
+}
+
+
+def print_verify_report(console: Console, report: VerifyReport) -> None:
+    """Every failing file by name, the extra files, then a one-line verdict."""
+    for result in (*report.failures, *report.extras):
+        console.print(
+            Text.assemble(
+                "  ",
+                (f"{result.status:<14}", _VERIFY_STYLES.get(result.status, "")),
+                (result.path, "bold"),
+                f"  {result.describe()}",
+            ),
+            soft_wrap=True,
+        )
+    for note in report.notes:
+        console.print(Text(f"note: {note}", style="dim"), soft_wrap=True)
+    listed = len(report.results) - len(report.extras)
+    sizes = (
+        f"{report.total_bytes / 1e9:.2f} GB; {report.hashed_bytes / 1e9:.2f} GB hashed, "
+        f"{report.cached_bytes / 1e9:.2f} GB from cache, {report.elapsed_s:.1f} s, "
+        f"{report.jobs} jobs"
+    )
+    if report.ok:
+        verdict = Text.assemble(("OK", "bold green"), f": {listed} files match ({sizes})")
+    else:
+        counts = report.counts()
+        bad = ", ".join(
+            f"{counts[s]} {s.replace('_', ' ')}"
+            for s in ("missing", "size_mismatch", "hash_mismatch", "unreadable")
+            if counts.get(s)
+        )
+        verdict = Text.assemble(
+            ("FAILED", "bold red"), f": {len(report.failures)} of {listed} files ({bad}; {sizes})"
+        )
+    if report.extras:
+        verdict.append(f"; {len(report.extras)} extra file(s) left in place", style="yellow")
+    console.print(verdict, soft_wrap=True)
