@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from gx10.lab import images, manager
-from gx10.lab.config import LabConfig
+from gx10.lab.config import LabConfig, mac_generation
+from gx10.lab.errors import LabError
+from gx10.lab.manager import current_generation, next_generation
 
 
 def test_image_keys_are_stable_and_follow_the_recipe(tmp_path: Path) -> None:
@@ -56,6 +58,53 @@ def test_macs_are_distinct_local_and_change_with_the_nic_generation() -> None:
     )
     swapped = {cfg.mac(n, r, generation=1) for n in cfg.nodes for r in cfg.rails}
     assert macs.isdisjoint(swapped)
+
+
+@pytest.mark.parametrize("generation", [0, 1, 9, 0x0A, 0xFF])
+def test_mac_generation_reads_back_what_mac_wrote(generation: int) -> None:
+    cfg = LabConfig()
+    for node in cfg.nodes:
+        for rail in cfg.rails:
+            assert mac_generation(cfg.mac(node, rail, generation)) == generation
+    assert mac_generation(" 02:9A:0B:00:0A:01\n") == 0x0B  # as sysfs or ip print it
+
+
+@pytest.mark.parametrize(
+    "mac",
+    ["4c:bb:47:00:00:01", "02:9a:01:00:0a", "02:9a:01:01:0a:00", "02:9a:zz:00:0a:00", "", "02:9a"],
+)
+def test_mac_generation_refuses_macs_the_lab_did_not_make(mac: str) -> None:
+    with pytest.raises(ValueError, match="not a lab rail MAC"):
+        mac_generation(mac)
+
+
+def test_mac_refuses_a_generation_it_cannot_encode() -> None:
+    cfg = LabConfig()
+    with pytest.raises(ValueError, match=r"outside 0\.\.255"):
+        cfg.mac(cfg.nodes[0], cfg.rails[0], 0x100)
+
+
+def test_swap_takes_the_next_generation_of_the_node_only() -> None:
+    cfg = LabConfig()
+    a, b = cfg.nodes
+    fresh = [cfg.mac(b, rail) for rail in cfg.rails]
+    assert current_generation(fresh) == 0
+    assert next_generation(fresh) == 1
+    swapped = [cfg.mac(b, rail, next_generation(fresh)) for rail in cfg.rails]
+    assert next_generation(swapped) == 2
+    # The peer's MACs are another node's: they never share an address with the swapped node.
+    assert set(swapped).isdisjoint(cfg.mac(a, rail, g) for rail in cfg.rails for g in (0, 1, 2))
+    # A rail recabled by `up()` after a swap keeps the node's highest generation.
+    assert current_generation([swapped[0], None]) == 1
+    assert current_generation([None, "4c:bb:47:00:00:01"]) is None
+
+
+def test_swap_refuses_rails_without_lab_macs_and_the_last_generation() -> None:
+    cfg = LabConfig()
+    with pytest.raises(LabError, match="gx10 lab up"):
+        next_generation([None, None])
+    with pytest.raises(LabError, match="gx10 lab replace"):
+        next_generation([cfg.mac(cfg.nodes[1], rail, 0xFF) for rail in cfg.rails])
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,17 @@
 
 from gx10.lab.config import LabConfig
 from gx10.lab.errors import LabError
-from gx10.lab.manager import LabStatus, NodeStatus, RailStatus, down, ensure_rails, status, up
+from gx10.lab.manager import (
+    LabStatus,
+    NodeStatus,
+    RailStatus,
+    down,
+    ensure_rails,
+    replace_node,
+    status,
+    swap_nics,
+    up,
+)
 
 __all__ = [
     "LabConfig",
@@ -12,6 +22,8 @@ __all__ = [
     "RailStatus",
     "down",
     "ensure_rails",
+    "replace_node",
     "status",
+    "swap_nics",
     "up",
 ]

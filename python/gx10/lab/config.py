@@ -6,10 +6,29 @@ Names and addresses here mirror `inventories/lab`; the rail netdevs are the real
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from dataclasses import dataclass, field
 
 LAB_LABEL = "gx10.lab"
+# Every lab rail MAC: locally administered (0x02), then "9a", then the NIC generation.
+MAC_PREFIX = "02:9a:"
+MAX_GENERATION = 0xFF
+_LAB_MAC = re.compile(r"02:9a:([0-9a-f]{2}):00:[0-9a-f]{2}:[0-9a-f]{2}")
+
+
+def mac_generation(mac: str) -> int:
+    """The NIC generation a lab rail MAC encodes (see LabConfig.mac).
+
+    Raises ValueError for an address the lab did not make (foreign or malformed).
+    """
+    found = _LAB_MAC.fullmatch(mac.strip().lower())
+    if found is None:
+        raise ValueError(
+            f"{mac!r} is not a lab rail MAC ({MAC_PREFIX}<generation>:00:<node>:<rail>, hex)"
+        )
+    return int(found.group(1), 16)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +47,12 @@ class LabConfig:
     nodes: tuple[str, ...] = ("gx10-a", "gx10-b")
     rails: tuple[Rail, ...] = (Rail("enp1s0f0np0", 0), Rail("enP2p1s0f0np0", 1))
     mgmt_network: str = "gx10-lab-mgmt"
+    # Fixed management addresses, as a real site's management network has: the inventory names
+    # them (gx10_api_host) so the controller reaches the head's API. Move the subnet with
+    # GX10_LAB_MGMT_SUBNET if it clashes with a network of this machine (and edit the inventory).
+    mgmt_subnet: str = field(
+        default_factory=lambda: os.environ.get("GX10_LAB_MGMT_SUBNET", "172.31.240.0/24")
+    )
     registry_name: str = "gx10-registry"
     registry_port: int = field(
         default_factory=lambda: int(os.environ.get("GX10_LAB_REGISTRY_PORT", "5000"))
@@ -44,6 +69,11 @@ class LabConfig:
         """The registry as this machine reaches it (loopback only)."""
         return f"127.0.0.1:{self.registry_port}"
 
+    def mgmt_address(self, node: str) -> str:
+        """The node's fixed management address: .10 for the first node, .11 for the next."""
+        base = ipaddress.ip_network(self.mgmt_subnet)
+        return str(base.network_address + 10 + self.nodes.index(node))
+
     def volume(self, node: str) -> str:
         """The volume holding a node's own Docker data-root."""
         return f"{node}-docker"
@@ -53,5 +83,7 @@ class LabConfig:
 
         The generation changes on a simulated NIC swap, so a swapped node gets new MACs.
         """
+        if not 0 <= generation <= MAX_GENERATION:
+            raise ValueError(f"NIC generation {generation} is outside 0..{MAX_GENERATION}")
         node_index = self.nodes.index(node)
-        return f"02:9a:{generation:02x}:00:{node_index + 0x0A:02x}:{rail.index:02x}"
+        return f"{MAC_PREFIX}{generation:02x}:00:{node_index + 0x0A:02x}:{rail.index:02x}"

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gx10.lab import _docker, images
-from gx10.lab.config import LAB_LABEL, LabConfig, Rail
+from gx10.lab import _docker, images, registry
+from gx10.lab.config import LAB_LABEL, MAX_GENERATION, LabConfig, Rail, mac_generation
 from gx10.lab.errors import LabError
 
 Log = Callable[[str], None]
@@ -167,9 +167,19 @@ def _state(name: str) -> str:
     return out or "absent"
 
 
-def _ensure_network(cfg: LabConfig) -> None:
-    if not _docker.exists("network", cfg.mgmt_network):
-        _docker.docker("network", "create", *_labels(cfg, "mgmt"), cfg.mgmt_network)
+def _ensure_network(cfg: LabConfig, log: Log) -> None:
+    if _docker.exists("network", cfg.mgmt_network):
+        subnet = _docker.docker(
+            "network", "inspect", "-f", "{{range .IPAM.Config}}{{.Subnet}}{{end}}",
+            cfg.mgmt_network,
+        )  # fmt: skip
+        if subnet == cfg.mgmt_subnet:
+            return
+        log(f"management network is {subnet or 'unset'}, not {cfg.mgmt_subnet}: rebuilding the lab")
+        down(cfg, log)
+    _docker.docker(
+        "network", "create", *_labels(cfg, "mgmt"), "--subnet", cfg.mgmt_subnet, cfg.mgmt_network
+    )
 
 
 def _ensure_registry(cfg: LabConfig, log: Log) -> None:
@@ -202,7 +212,7 @@ def _ensure_node(cfg: LabConfig, node: str, tag: str, log: Log) -> bool:
     log(f"starting node {node}")
     _docker.docker(
         "run", "-d", "--name", node, "--hostname", node, *_labels(cfg, "node"),
-        "--network", cfg.mgmt_network,
+        "--network", cfg.mgmt_network, "--ip", cfg.mgmt_address(node),
         *_node_security_args(),
         "--stop-signal", "SIGRTMIN+3",
         "--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp",
@@ -258,10 +268,73 @@ def _cable_ok(cfg: LabConfig, rail: Rail, links: dict[str, dict[str, dict[str, A
     return kind_ok and end_a.get("link_index") == end_b.get("ifindex")
 
 
-def ensure_rails(cfg: LabConfig, log: Log, *, generation: int = 0) -> None:
-    """Make sure every rail cable exists between the two nodes, with the nodes' MACs."""
+def current_generation(macs: Iterable[str | None]) -> int | None:
+    """A node's NIC generation from its rail MACs: the highest one found, None if none is a lab MAC.
+
+    After a swap every rail of the node carries the new generation; a rail recabled by `up()` in
+    between (a missing cable) takes the node's highest generation, so it never undoes a swap.
+    """
+    generations = []
+    for mac in macs:
+        if mac is None:
+            continue
+        try:
+            generations.append(mac_generation(mac))
+        except ValueError:
+            continue
+    return max(generations) if generations else None
+
+
+def next_generation(macs: Iterable[str | None]) -> int:
+    """The NIC generation a swap gives a node: one more than its current one."""
+    current = current_generation(macs)
+    if current is None:
+        raise LabError(
+            "the node's rails carry no lab MAC (02:9a:<generation>:...): run `gx10 lab up` to "
+            "cable them first"
+        )
+    if current >= MAX_GENERATION:
+        raise LabError(
+            f"the node's NICs were swapped {current} times, the most a lab MAC can encode; "
+            "recreate it with `gx10 lab replace NODE` (generation 0 again)"
+        )
+    return current + 1
+
+
+def _node_macs(links: dict[str, dict[str, Any]], cfg: LabConfig) -> list[str | None]:
+    return [links.get(rail.netdev, {}).get("address") for rail in cfg.rails]
+
+
+def _cable(cfg: LabConfig, rail: Rail, macs: dict[str, str], log: Log) -> None:
+    """One veth pair straight into both nodes' namespaces, each end with the given MAC, links up."""
+    a, b = cfg.nodes
+    log(f"cabling {rail.netdev}: {a} {macs[a]} <-> {b} {macs[b]}")
+    _docker.run([
+        "ip", "link", "add", "name", rail.netdev,
+        "address", macs[a], "netns", _pid(a),
+        "type", "veth", "peer", "name", rail.netdev,
+        "address", macs[b], "netns", _pid(b),
+    ])  # fmt: skip
+    # A NIC with its cable plugged in: the link is up, addressing is the roles' job.
+    for node in cfg.nodes:
+        _docker.node_exec(node, "ip", "link", "set", rail.netdev, "up")
+
+
+def ensure_rails(cfg: LabConfig, log: Log, *, generation: int | None = None) -> None:
+    """Make sure every rail cable exists between the two nodes.
+
+    A healthy cable is left alone whatever its MACs (a swap gave one node new ones). A missing or
+    broken cable is recreated with each node's MAC of `generation`, by default the node's current
+    generation (read from its other rails; 0 for a fresh node).
+    """
     a, b = cfg.nodes
     links = {a: _links(a), b: _links(b)}
+    generations = {
+        node: generation
+        if generation is not None
+        else current_generation(_node_macs(links[node], cfg)) or 0
+        for node in cfg.nodes
+    }
     cabled = False
     for rail in cfg.rails:
         if _cable_ok(cfg, rail, links):
@@ -269,19 +342,56 @@ def ensure_rails(cfg: LabConfig, log: Log, *, generation: int = 0) -> None:
         cabled = True
         for node in cfg.nodes:
             if rail.netdev in links[node]:
-                _docker.node_exec(node, "ip", "link", "del", rail.netdev)
-        log(f"cabling {rail.netdev}: {a} <-> {b}")
-        _docker.run([
-            "ip", "link", "add", "name", rail.netdev,
-            "address", cfg.mac(a, rail, generation), "netns", _pid(a),
-            "type", "veth", "peer", "name", rail.netdev,
-            "address", cfg.mac(b, rail, generation), "netns", _pid(b),
-        ])  # fmt: skip
-        # A NIC with its cable plugged in: the link is up, addressing is the roles' job.
-        for node in cfg.nodes:
-            _docker.node_exec(node, "ip", "link", "set", rail.netdev, "up")
+                _docker.node_exec(node, "ip", "link", "del", rail.netdev, check=False)
+        _cable(cfg, rail, {node: cfg.mac(node, rail, generations[node]) for node in cfg.nodes}, log)
     if cabled:
         _wait_carrier(cfg)
+
+
+def swap_nics(node: str, cfg: LabConfig | None = None, log: Log = print) -> LabStatus:
+    """Replace a node's rail NICs (test equipment): both cables are recreated with new MACs.
+
+    The node's rails get the next NIC generation's MACs; the peer keeps its MACs. Links come up
+    and carrier is waited for, as when a technician plugs the cables back in. Addressing is the
+    roles' job: whatever configuration referred to the old MACs is now stale.
+    """
+    cfg = cfg or LabConfig()
+    if node not in cfg.nodes:
+        raise LabError(f"no lab node {node!r}; the nodes are {', '.join(cfg.nodes)}")
+    for name in cfg.nodes:
+        if _state(name) != "running":
+            raise LabError(f"lab node {name} is {_state(name)}: run `gx10 lab up` first")
+    links = {name: _links(name) for name in cfg.nodes}
+    broken = [rail.netdev for rail in cfg.rails if not _cable_ok(cfg, rail, links)]
+    if broken:
+        raise LabError(f"rails not cabled ({', '.join(broken)}): run `gx10 lab up` first")
+    generation = next_generation(_node_macs(links[node], cfg))
+    log(f"swapping the rail NICs of {node} (NIC generation {generation})")
+    for rail in cfg.rails:
+        macs = {name: str(links[name][rail.netdev]["address"]) for name in cfg.nodes}
+        macs[node] = cfg.mac(node, rail, generation)
+        # Deleting one end of a veth pair deletes the other: the cable is unplugged.
+        _docker.node_exec(node, "ip", "link", "del", rail.netdev)
+        _cable(cfg, rail, macs, log)
+    _wait_carrier(cfg)
+    return status(cfg)
+
+
+def replace_node(node: str, cfg: LabConfig | None = None, log: Log = print) -> LabStatus:
+    """Replace a node by a fresh machine: remove its container and Docker volume, then `up()`.
+
+    The new node boots from the image with nothing configured and generation-0 MACs; `up()`
+    recables both rails (the old cables went with the old node's namespace).
+    """
+    cfg = cfg or LabConfig()
+    if node not in cfg.nodes:
+        raise LabError(f"no lab node {node!r}; the nodes are {', '.join(cfg.nodes)}")
+    log(f"replacing {node} by a fresh machine")
+    if _state(node) != "absent":
+        _docker.docker("rm", "-f", "-v", node, timeout=180)
+    if _docker.exists("volume", cfg.volume(node)):
+        _docker.docker("volume", "rm", "-f", cfg.volume(node))
+    return up(cfg, log)
 
 
 def _wait_carrier(cfg: LabConfig, timeout: float = 15.0) -> None:
@@ -308,13 +418,14 @@ def up(cfg: LabConfig | None = None, log: Log = print) -> LabStatus:
     if len(cfg.nodes) != 2:
         raise LabError("the lab cables two nodes back to back; LabConfig.nodes must name two")
     node_tag = images.ensure(images.node_spec(), log)
-    _ensure_network(cfg)
+    _ensure_network(cfg, log)
     _ensure_registry(cfg, log)
     for node in cfg.nodes:
         _ensure_node(cfg, node, node_tag, log)
     for node in cfg.nodes:
         _wait_booted(cfg, node)
     ensure_rails(cfg, log)
+    registry.publish(cfg, log)
     result = status(cfg)
     if not result.running:
         raise LabError("lab did not come up: " + "; ".join(result.problems))

@@ -8,6 +8,13 @@ A netplan definition configures a netdev when its ``match`` (every criterion giv
 ``driver`` as shell globs, ``macaddress``) fits the netdev, or, without ``match``, when its key is
 the netdev's name. A bond, bridge or VRF listing such a definition in ``interfaces``, or a VLAN on
 it (``link``), configures the rail too (the rails must never be bonded).
+
+After a hardware swap (new NICs, new MACs) a definition may still refer to a rail by what it was:
+``match: {macaddress: <old MAC>}`` with ``set-name: <rail netdev>`` (the vendor way to pin a
+name), or ``match`` on the rail's literal name together with an old MAC. Such definitions no longer
+match, but they are stale configuration of the rail and refer to MACs that are gone. So a physical
+definition also configures a rail when its ``set-name`` is a rail netdev or its ``match.name``
+names one literally, and any definition does when one of its ``addresses`` lies in a rail subnet.
 """
 
 from __future__ import annotations
@@ -141,6 +148,76 @@ def match_reason(key: str, definition: Any, netdev: Netdev) -> str | None:
     return "match " + ", ".join(reasons)
 
 
+def _glob_free(pattern: str) -> bool:
+    return not any(char in pattern for char in "*?[")
+
+
+def stale_reason(key: str, definition: Any, netdev: Netdev) -> str | None:
+    """Why a physical definition refers to ``netdev`` although it may no longer match it.
+
+    Used for definitions ``match_reason`` rejects: pinned to the rail's name by ``set-name`` or by
+    a literal ``match.name``, with a ``macaddress`` (or driver) of hardware that is gone.
+    """
+    spec = definition if isinstance(definition, Mapping) else {}
+    raw_match = spec.get("match")
+    match: Mapping[str, Any] = raw_match if isinstance(raw_match, Mapping) else {}
+    mac = match.get("macaddress")
+    stale_mac = (
+        f" with match macaddress {str(mac)!r}, not its current MAC {netdev.mac}"
+        if mac is not None and netdev.mac and str(mac).strip().lower() != netdev.mac.lower()
+        else ""
+    )
+    if str(spec.get("set-name", "")).strip() == netdev.name:
+        return f"set-name {netdev.name!r}{stale_mac}"
+    if "name" in match and any(
+        _glob_free(p) and p == netdev.name for p in _globs(match.get("name"))
+    ):
+        return f"match name {netdev.name!r}{stale_mac}"
+    return None
+
+
+def _addresses(definition: Any) -> list[str]:
+    """The ``addresses`` of a definition: plain strings, or mappings of address to options."""
+    if not isinstance(definition, Mapping):
+        return []
+    value = definition.get("addresses")
+    if isinstance(value, str | Mapping):
+        value = [value]
+    if not isinstance(value, Sequence):
+        return []
+    found: list[str] = []
+    for item in value:
+        if isinstance(item, Mapping):
+            found.extend(str(address) for address in item)
+        else:
+            found.append(str(item))
+    return found
+
+
+def subnet_reason(definition: Any, subnets: Sequence[str]) -> str | None:
+    """Why a definition configures a rail subnet: an address of it lies in one (None: not)."""
+    networks = _networks(subnets)
+    for text in _addresses(definition):
+        try:
+            address = ipaddress.ip_interface(text.strip()).ip
+        except ValueError:
+            continue
+        for network in networks:
+            if address in network:
+                return f"address {text} in rail subnet {network}"
+    return None
+
+
+def _networks(subnets: Sequence[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    networks = []
+    for subnet in subnets:
+        try:
+            networks.append(ipaddress.ip_network(str(subnet), strict=False))
+        except ValueError:
+            continue
+    return networks
+
+
 def _sections(network: Mapping[str, Any], names: Iterable[str]) -> Iterable[tuple[str, Any, Any]]:
     for section in names:
         entries = network.get(section)
@@ -161,27 +238,38 @@ def _refs(definition: Any, attribute: str) -> list[str]:
 
 
 def find_file_conflict(
-    path: str, document: Any, netdevs: Sequence[Netdev], protected: Sequence[Netdev] = ()
+    path: str,
+    document: Any,
+    netdevs: Sequence[Netdev],
+    protected: Sequence[Netdev] = (),
+    subnets: Sequence[str] = (),
 ) -> FileConflict | None:
-    """The rail definitions in one parsed netplan file, or None if it leaves the rails alone."""
+    """The rail definitions in one parsed netplan file, or None if it leaves the rails alone.
+
+    ``subnets`` are the rail subnets: a definition with an address in one configures a rail.
+    """
     if not isinstance(document, Mapping) or not isinstance(document.get("network"), Mapping):
         return None
     network: Mapping[str, Any] = document["network"]
     conflict = FileConflict(path)
     # id -> the rail netdev it configures (for composites built on it)
     taken: dict[str, str] = {}
+
+    def claim(section: str, key: str, definition: Any, netdev: str, reason: str) -> None:
+        conflict.definitions.append(Definition(section, key, netdev, reason))
+        taken.setdefault(key, netdev)
+        if section not in PHYSICAL_SECTIONS:
+            return
+        for other in protected:
+            also = match_reason(key, definition, other)
+            if also is not None:
+                conflict.blocked.append(Definition(section, key, other.name, f"{also} (protected)"))
+
     for section, key, definition in _sections(network, PHYSICAL_SECTIONS):
         for netdev in netdevs:
-            reason = match_reason(key, definition, netdev)
+            reason = match_reason(key, definition, netdev) or stale_reason(key, definition, netdev)
             if reason is not None:
-                conflict.definitions.append(Definition(section, key, netdev.name, reason))
-                taken.setdefault(key, netdev.name)
-                for other in protected:
-                    also = match_reason(key, definition, other)
-                    if also is not None:
-                        conflict.blocked.append(
-                            Definition(section, key, other.name, f"{also} (protected)")
-                        )
+                claim(section, key, definition, netdev.name, reason)
     # Composites on composites (a VLAN on a bond on a rail): repeat until nothing new is found.
     references = {**COMPOSITE_SECTIONS, **LINKED_SECTIONS}
     found = True
@@ -199,6 +287,12 @@ def find_file_conflict(
                     taken[key] = rail
                     found = True
                     break
+    # Whatever holds an address in a rail subnet competes with the rails for its routes.
+    for section, key, definition in _sections(network, DEVICE_SECTIONS):
+        if key not in taken:
+            reason = subnet_reason(definition, subnets)
+            if reason is not None:
+                claim(section, key, definition, key, reason)
     if not conflict.definitions:
         return None
     conflict.remainder = _remainder(document, taken)
@@ -299,12 +393,7 @@ def profile_reason(
     mac = details.get("802-3-ethernet.mac-address", "").strip().lower()
     if mac and mac in {n.mac.lower() for n in netdevs if n.mac}:
         return f"mac-address {mac}"
-    networks = []
-    for subnet in subnets:
-        try:
-            networks.append(ipaddress.ip_network(subnet, strict=False))
-        except ValueError:
-            continue
+    networks = _networks(subnets)
     for item in details.get("ipv4.addresses", "").split(","):
         text = item.strip()
         if not text:

@@ -13,6 +13,9 @@ description:
     definition that configures one of I(netdevs) - by its id (the netdev name), by C(match)
     (C(name) and C(driver) globs, C(macaddress) against the netdev's current MAC from sysfs), or a
     bond, bridge, VRF or VLAN built on such a definition.
+  - Also lists definitions left over from replaced hardware, which no longer match - C(set-name)
+    equal to a netdev, or C(match.name) naming it literally, whatever their C(macaddress) - and
+    any definition with an address in one of I(subnets).
   - For each such file, says whether it can be removed (it configures nothing else) or rewritten
     without the rail definitions (C(content)), or is C(blocked) because a definition also matches
     one of I(protected) (the management interface), which must not be touched.
@@ -41,7 +44,9 @@ options:
     elements: path
     default: []
   subnets:
-    description: The rail subnets; a NetworkManager profile with an address in one is reported.
+    description: >-
+      The rail subnets; a netplan definition or NetworkManager profile with an address in one is
+      reported.
     type: list
     elements: str
     default: []
@@ -134,7 +139,11 @@ def read_netdev(sysfs_root: str, name: str) -> Netdev:
 
 
 def scan_files(
-    config_dir: str, exclude: list[str], netdevs: list[Netdev], protected: list[Netdev]
+    config_dir: str,
+    exclude: list[str],
+    netdevs: list[Netdev],
+    protected: list[Netdev],
+    subnets: list[str] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     skip = {os.path.realpath(path) for path in exclude}
     files, unreadable = [], []
@@ -147,7 +156,7 @@ def scan_files(
         except (OSError, yaml.YAMLError) as exc:
             unreadable.append({"path": path, "error": str(exc).replace("\n", " ")})
             continue
-        conflict = find_file_conflict(path, document, netdevs, protected)
+        conflict = find_file_conflict(path, document, netdevs, protected, subnets or [])
         if conflict is not None:
             files.append(conflict.as_dict())
     return files, unreadable
@@ -204,7 +213,9 @@ def main() -> None:
     protected = [
         read_netdev(root, name) for name in params["protected"] if name not in params["netdevs"]
     ]
-    files, unreadable = scan_files(params["config_dir"], params["exclude"], netdevs, protected)
+    files, unreadable = scan_files(
+        params["config_dir"], params["exclude"], netdevs, protected, params["subnets"]
+    )
     nmcli = module.get_bin_path("nmcli") if params["networkmanager"] else None
     profiles = scan_profiles(module, nmcli, netdevs, params["subnets"]) if nmcli else []
     module.exit_json(

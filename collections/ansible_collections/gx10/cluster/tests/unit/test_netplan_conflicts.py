@@ -18,6 +18,8 @@ from ansible_collections.gx10.cluster.plugins.module_utils.netplan_conflicts imp
     parse_connection_list,
     profile_reason,
     split_terse,
+    stale_reason,
+    subnet_reason,
 )
 from ansible_collections.gx10.cluster.plugins.modules.netplan_conflicts import (
     read_netdev,
@@ -173,6 +175,140 @@ def test_definition_that_also_matches_the_management_interface_is_blocked() -> N
     assert "leave alone" in conflict.summary
 
 
+# --- after a hardware swap ----------------------------------------------------------------------
+
+# The same rails after their NICs were replaced: new MACs (the lab's NIC generation 1).
+SWAPPED = [Netdev(RAIL0.name, "02:9a:01:00:0a:00"), Netdev(RAIL1.name, "02:9a:01:00:0a:01")]
+
+# A vendor-style file that pins each rail's name to the MAC of the NIC that was there before.
+PINNED = f"""
+network:
+  version: 2
+  ethernets:
+    cx7p0:
+      match: {{macaddress: "{RAIL0.mac}"}}
+      set-name: enp1s0f0np0
+      link-local: [ipv4]
+    cx7p1:
+      match:
+        macaddress: "{RAIL1.mac}"
+      set-name: enP2p1s0f0np0
+      mtu: 9000
+"""
+
+
+def test_definition_pinned_to_an_old_mac_by_set_name_is_removed() -> None:
+    conflict = find_file_conflict("/etc/netplan/40-cx7.yaml", doc(PINNED), SWAPPED, [MGMT], SUBNETS)
+
+    assert conflict is not None
+    assert conflict.action == "remove"
+    assert [(d.key, d.netdev, d.reason) for d in conflict.definitions] == [
+        (
+            "cx7p0",
+            RAIL0.name,
+            f"set-name 'enp1s0f0np0' with match macaddress '{RAIL0.mac}', not its current MAC "
+            "02:9a:01:00:0a:00",
+        ),
+        (
+            "cx7p1",
+            RAIL1.name,
+            f"set-name 'enP2p1s0f0np0' with match macaddress '{RAIL1.mac}', not its current MAC "
+            "02:9a:01:00:0a:01",
+        ),
+    ]
+
+
+def test_pinned_definition_before_the_swap_matches_by_mac() -> None:
+    conflict = find_file_conflict("/etc/netplan/40-cx7.yaml", doc(PINNED), RAILS, [MGMT])
+
+    assert conflict is not None
+    assert [d.reason for d in conflict.definitions] == [
+        f"match macaddress '{RAIL0.mac}'",
+        f"match macaddress '{RAIL1.mac}'",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("definition", "expected"),
+    [
+        ({"set-name": "enp1s0f0np0"}, "set-name 'enp1s0f0np0'"),
+        (
+            {"match": {"name": "enp1s0f0np0", "macaddress": RAIL0.mac}},
+            f"match name 'enp1s0f0np0' with match macaddress '{RAIL0.mac}', not its current MAC "
+            "02:9a:01:00:0a:00",
+        ),
+        (
+            {"match": {"name": ["eth9", "enp1s0f0np0"], "driver": "ixgbe"}},
+            "match name 'enp1s0f0np0'",
+        ),
+        # A glob is not a pin to this rail: it may be meant for other devices.
+        ({"match": {"name": "enp1s0f*", "macaddress": RAIL0.mac}}, None),
+        ({"match": {"macaddress": RAIL0.mac}, "set-name": "cx7p0"}, None),
+        ({"set-name": "enP2p1s0f0np0"}, None),  # the other rail
+        (None, None),
+    ],
+)
+def test_stale_rules(definition: Any, expected: str | None) -> None:
+    assert stale_reason("old", definition, SWAPPED[0]) == expected
+
+
+@pytest.mark.parametrize(
+    ("definition", "expected"),
+    [
+        ({"addresses": ["10.0.0.2/8", "192.168.100.50/24"]}, "address 192.168.100.50/24 in rail"),
+        ({"addresses": [{"192.168.101.7/24": {"label": "x"}}]}, "address 192.168.101.7/24 in rail"),
+        ({"addresses": "192.168.101.7/24"}, "address 192.168.101.7/24 in rail"),
+        ({"addresses": ["192.168.102.1/24", "fe80::1/64", "not-an-ip"]}, None),
+        ({"dhcp4": True}, None),
+        ("text", None),
+    ],
+)
+def test_subnet_rules(definition: Any, expected: str | None) -> None:
+    reason = subnet_reason(definition, SUBNETS)
+    assert (reason if expected is None else (reason or "")[: len(expected)]) == expected
+
+
+def test_definitions_with_rail_subnet_addresses_are_adopted_and_mgmt_is_blocked() -> None:
+    mixed = doc("""
+        network:
+          version: 2
+          ethernets:
+            enP7s7:
+              dhcp4: true
+            NM-5c1e:
+              match: {macaddress: "02:9a:00:00:0a:00"}
+              addresses: ["192.168.100.10/24"]
+          bonds:
+            bond9:
+              interfaces: [enP7s7]
+              addresses: ["192.168.101.99/24"]
+        """)
+    conflict = find_file_conflict("/etc/netplan/90-NM-5c1e.yaml", mixed, SWAPPED, [MGMT], SUBNETS)
+
+    assert conflict is not None
+    assert conflict.action == "rewrite"
+    assert [(d.section, d.key, d.netdev) for d in conflict.definitions] == [
+        ("ethernets", "NM-5c1e", "NM-5c1e"),
+        ("bonds", "bond9", "bond9"),
+    ]
+    assert yaml.safe_load(conflict.as_dict()["content"])["network"] == {
+        "version": 2,
+        "ethernets": {"enP7s7": {"dhcp4": True}},
+    }
+    # The management interface itself with a rail-subnet address: hands off, the run fails.
+    greedy = doc("""
+        network:
+          ethernets:
+            enP7s7:
+              addresses: ["192.168.100.5/24"]
+        """)
+    blocked = find_file_conflict("/etc/netplan/50-mgmt.yaml", greedy, SWAPPED, [MGMT], SUBNETS)
+    assert blocked is not None
+    assert blocked.action == "blocked"
+    # Without the subnets, as before: only netdev rules apply.
+    assert find_file_conflict("/etc/netplan/50-mgmt.yaml", greedy, SWAPPED, [MGMT]) is None
+
+
 def test_scan_reads_sysfs_and_skips_our_file(tmp_path: Path) -> None:
     sysfs = tmp_path / "sys"
     for dev in (RAIL0, RAIL1):
@@ -195,6 +331,17 @@ def test_scan_reads_sysfs_and_skips_our_file(tmp_path: Path) -> None:
     files, unreadable = scan_files(str(netplan), [str(netplan / "60-gx10-rails.yaml")], netdevs, [])
 
     assert [(f["path"], f["action"]) for f in files] == [(str(netplan / "40-cx7.yaml"), "remove")]
+    # A leftover with an address in a rail subnet is found once the subnets are given.
+    (netplan / "45-old.yaml").write_text(
+        'network: {ethernets: {gone: {match: {macaddress: "aa:bb:cc:00:00:01"}, '
+        'addresses: ["192.168.100.10/24"]}}}\n'
+    )
+    files, _ = scan_files(str(netplan), [], netdevs, [], SUBNETS)
+    assert [f["path"].rsplit("/", 1)[1] for f in files] == [
+        "40-cx7.yaml",
+        "45-old.yaml",
+        "60-gx10-rails.yaml",
+    ]
     assert files[0]["definitions"][0]["netdev"] == RAIL1.name
     assert [u["path"] for u in unreadable] == [str(netplan / "70-broken.yaml")]
 
@@ -296,3 +443,20 @@ def test_profile_reason(
     profile: dict[str, str], details: dict[str, str], expected: str | None
 ) -> None:
     assert profile_reason(profile, details, RAILS, SUBNETS) == expected
+
+
+def test_profile_pinned_to_an_old_mac_is_caught_after_the_swap() -> None:
+    """ "permanent MAC address doesn't match": rail name plus the MAC of the NIC that is gone."""
+    pinned = {
+        "connection.interface-name": "enp1s0f0np0",
+        "802-3-ethernet.mac-address": RAIL0.mac.upper(),
+        "ipv4.addresses": "",
+    }
+    assert profile_reason(PROFILE, pinned, SWAPPED, SUBNETS) == "interface-name enp1s0f0np0"
+    by_address = {"802-3-ethernet.mac-address": RAIL1.mac, "ipv4.addresses": "192.168.101.10/24"}
+    assert profile_reason(PROFILE, by_address, SWAPPED, SUBNETS) == (
+        "ipv4.addresses 192.168.101.10/24 (a rail subnet)"
+    )
+    # Before the swap the MAC alone identifies the rail.
+    mac_only = {"802-3-ethernet.mac-address": RAIL1.mac}
+    assert profile_reason(PROFILE, mac_only, RAILS, SUBNETS) == f"mac-address {RAIL1.mac}"

@@ -1,0 +1,272 @@
+"""The network stage on the lab: bad plans change nothing, unreachable peers are named, and a node
+replaced by a fresh machine converges on re-apply.
+
+Bad plans run provision() against a temporary copy of inventories/lab with the bad value in
+group_vars or host_vars. Each must fail naming the variable, the bad value and the fix, and leave
+both nodes' network state and files exactly as they were.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from labtools import LAB_INVENTORY, node_sh
+
+from gx10 import ProvisionResult, lab, provision
+
+NODES = ("gx10-a", "gx10-b")
+RAILS = {"rail0": ("enp1s0f0np0", "192.168.100"), "rail1": ("enP2p1s0f0np0", "192.168.101")}
+HOST_NUMBER = {"gx10-a": 10, "gx10-b": 11}
+DEFAULT_RAILS = [
+    {"name": "rail0", "netdev": "enp1s0f0np0", "subnet": "192.168.100.0/24"},
+    {"name": "rail1", "netdev": "enP2p1s0f0np0", "subnet": "192.168.101.0/24"},
+]
+SNAPSHOT = """
+echo '# addr'; ip -j addr
+echo '# link'; ip -j link
+echo '# route'; ip -j route
+echo '# files'
+find /etc/netplan /run/systemd/network -type f -exec sha256sum {} + 2>/dev/null | sort
+"""
+
+
+def snapshot() -> dict[str, str]:
+    """Both nodes' addresses, links, routes, and a hash of every netplan and networkd file."""
+    return {node: node_sh(node, SNAPSHOT) for node in NODES}
+
+
+def rails_with(index: int, **changes: Any) -> list[dict[str, Any]]:
+    rails = [dict(rail) for rail in DEFAULT_RAILS]
+    rails[index].update(changes)
+    return rails
+
+
+def bad_inventory(tmp_path: Path, group_vars: dict[str, Any], host_vars: dict[str, Any]) -> Path:
+    """A copy of the lab inventory with extra group_vars/all.yml values and host_vars files."""
+    inventory = tmp_path / "inventory"
+    shutil.copytree(LAB_INVENTORY, inventory)
+    all_yml = inventory / "group_vars" / "all.yml"
+    values = yaml.safe_load(all_yml.read_text()) or {}
+    all_yml.write_text(yaml.safe_dump({**values, **group_vars}))
+    for host, variables in host_vars.items():
+        (inventory / "host_vars").mkdir(exist_ok=True)
+        (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(variables))
+    return inventory
+
+
+def all_messages(result: ProvisionResult) -> str:
+    return "\n".join(f"{t.host}: {t.message}" for t in result.failed_tasks)
+
+
+@pytest.fixture(scope="module")
+def converged(lab_up: lab.LabStatus) -> ProvisionResult:
+    result = provision(LAB_INVENTORY, "site.yml")
+    assert result.ok, result.failed_tasks
+    return result
+
+
+# Each case: group_vars, host_vars, whether validation (on the controller) catches it, and
+# fragments the message must hold: the variable, the bad value, the fix.
+BAD_PLANS: dict[str, tuple[dict[str, Any], dict[str, Any], bool, list[str]]] = {
+    "two rails sharing a subnet": (
+        {"gx10_rails": rails_with(1, subnet="192.168.100.0/24")},
+        {},
+        True,
+        [
+            "gx10_rails[1].subnet '192.168.100.0/24' (rail rail1) is the same subnet as "
+            "gx10_rails[0].subnet '192.168.100.0/24'",
+            "give each rail its own, non-overlapping subnet, e.g. 192.168.101.0/24 for rail1",
+        ],
+    ),
+    "overlapping rail subnets": (
+        {"gx10_rails": rails_with(1, subnet="192.168.100.128/25")},
+        {},
+        True,
+        ["gx10_rails[1].subnet '192.168.100.128/25' (rail rail1) overlaps", "non-overlapping"],
+    ),
+    "address outside its subnet": (
+        {"gx10_rails": rails_with(0, addresses={"gx10-b": "10.0.0.11"})},
+        {},
+        True,
+        [
+            "gx10_rails[0].addresses['gx10-b'] (rail rail0) is 10.0.0.11, outside subnet "
+            "192.168.100.0/24",
+            "use an address in 192.168.100.1..192.168.100.254",
+        ],
+    ),
+    "network address": (
+        {"gx10_rails": rails_with(0, addresses={"gx10-b": "192.168.100.0"})},
+        {},
+        True,
+        [
+            "gx10_rails[0].addresses['gx10-b'] (rail rail0) is 192.168.100.0, the network address",
+            "use an address in 192.168.100.1..192.168.100.254",
+        ],
+    ),
+    "broadcast address": (
+        {},
+        {"gx10-b": {"gx10_node_id": 255}},
+        True,
+        [
+            "gx10_node_id 255 on host gx10-b gives 192.168.100.255 on gx10_rails[0] (rail rail0), "
+            "the broadcast address",
+            "choose a gx10_node_id between 1 and 254",
+        ],
+    ),
+    "address duplicated across nodes": (
+        {"gx10_rails": rails_with(1, addresses={"gx10-b": "192.168.101.10"})},
+        {},
+        True,
+        [
+            "gx10-a (gx10_node_id 10 on host gx10-a) and gx10-b "
+            "(gx10_rails[1].addresses['gx10-b']) both get address 192.168.101.10",
+            "change one of them",
+        ],
+    ),
+    "rail netdev missing on the nodes": (
+        {"gx10_rails": rails_with(1, netdev="enP9p9s0f0np0")},
+        {},
+        False,
+        [
+            "rail netdevs present: found missing enP9p9s0f0np0",
+            "correct the netdev names in gx10_rails",
+        ],
+    ),
+    "rail on the management interface (declared)": (
+        {"gx10_rails": rails_with(1, netdev="eth0")},
+        {"gx10-b": {"gx10_mgmt_interface": "eth0"}},
+        True,
+        [
+            "gx10_mgmt_interface on host gx10-b is 'eth0', which is also gx10_rails[1].netdev",
+            "use a different netdev for the rail",
+        ],
+    ),
+    "rail on the management interface (default route)": (
+        {"gx10_rails": rails_with(1, netdev="eth0")},
+        {},
+        False,
+        [
+            "management interface is not a rail: found eth0",
+            "change gx10_rails",
+        ],
+    ),
+    "MTU 1000": (
+        {"gx10_rail_mtu": 1000},
+        {},
+        True,
+        ["gx10_rail_mtu is 1000, out of range: allowed 1280..9216; use 9000"],
+    ),
+    "MTU 9300": (
+        {"gx10_rail_mtu": 9300},
+        {},
+        True,
+        ["gx10_rail_mtu is 9300, out of range: allowed 1280..9216; use 9000"],
+    ),
+    # A node's address comes from gx10_rails[i].addresses, else from its gx10_node_id: a node
+    # drops out of the plan when the explicit map names a host that is not a cluster node.
+    "node missing from the plan": (
+        {
+            "gx10_rails": rails_with(
+                1, addresses={"gx10-a": "192.168.101.10", "gx10-c": "192.168.101.11"}
+            )
+        },
+        {},
+        True,
+        [
+            "gx10_rails[1].addresses (rail rail1) names host 'gx10-c', which is not in "
+            "groups['head'] or groups['workers']",
+            "fix the host name or remove the entry",
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_PLANS))
+def test_bad_plan_fails_clearly_and_changes_nothing(
+    converged: ProvisionResult, tmp_path: Path, case: str
+) -> None:
+    group_vars, host_vars, at_validation, fragments = BAD_PLANS[case]
+    inventory = bad_inventory(tmp_path, group_vars, host_vars)
+    before = snapshot()
+
+    result = provision(inventory, "site.yml")
+
+    assert not result.ok, case
+    messages = all_messages(result)
+    for fragment in fragments:
+        assert fragment in messages, f"{case}: {fragment!r} not in:\n{messages}"
+    assert "Fix:" in messages or at_validation, messages
+    if at_validation:
+        # Stopped on the controller: no node was contacted at all.
+        assert set(result.hosts) == {"localhost"}, result.hosts
+        assert "Inventory validation failed" in messages
+    else:
+        assert all(result.hosts[node].changed == 0 for node in NODES), result.hosts
+    assert snapshot() == before, f"{case}: the nodes' network changed"
+
+
+@pytest.fixture
+def rail1_icmp_dropped(converged: ProvisionResult) -> Iterator[None]:
+    """gx10-b drops every ICMP packet arriving on rail1, as a misconfigured firewall would."""
+    rule = "INPUT -i enP2p1s0f0np0 -p icmp -j DROP"
+    node_sh("gx10-b", f"iptables -I {rule}")
+    try:
+        yield
+    finally:
+        node_sh("gx10-b", f"iptables -D {rule}")
+
+
+@pytest.mark.usefixtures("rail1_icmp_dropped")
+def test_unreachable_peer_names_the_rail_and_both_ends() -> None:
+    result = provision(LAB_INVENTORY, "site.yml", tags="network")
+
+    assert not result.ok
+    messages = {t.host: t.message for t in result.failed_tasks}
+    assert "gx10-a" in messages, messages
+    assert (
+        "rail1 from gx10-a enP2p1s0f0np0 192.168.101.10 to gx10-b 192.168.101.11"
+        in messages["gx10-a"]
+    ), messages
+    assert "Fix:" in messages["gx10-a"]
+    # rail0 answers: only rail1 is named.
+    assert "rail0 from" not in messages["gx10-a"], messages
+
+
+def ping_across(rail: str) -> None:
+    netdev, prefix = RAILS[rail]
+    for node, peer in (NODES, NODES[::-1]):
+        node_sh(node, f"ping -M do -s 8972 -c 1 -W 2 -I {netdev} {prefix}.{HOST_NUMBER[peer]}")
+
+
+def container_id(node: str) -> str:
+    proc = subprocess.run(
+        ["docker", "inspect", "-f", "{{.Id}}", node], capture_output=True, text=True, check=True
+    )
+    return proc.stdout.strip()
+
+
+def test_node_replaced_by_a_fresh_machine_converges_on_re_apply(
+    converged: ProvisionResult,
+) -> None:
+    old_id = container_id("gx10-b")
+    lab.replace_node("gx10-b", log=lambda line: print(f"lab: {line}"))
+    assert container_id("gx10-b") != old_id
+    # A fresh machine: nothing configured, the first NIC generation's MACs again.
+    assert node_sh("gx10-b", "ls /etc/netplan").split() == []
+
+    again = provision(LAB_INVENTORY, "site.yml")
+    assert again.ok, again.failed_tasks
+    settled = provision(LAB_INVENTORY, "site.yml")
+    assert settled.ok, settled.failed_tasks
+    assert {node: settled.hosts[node].changed for node in NODES} == dict.fromkeys(NODES, 0)
+    for rail in RAILS:
+        ping_across(rail)
+    links = json.loads(node_sh("gx10-b", "ip -j link show enp1s0f0np0"))
+    assert links[0]["address"] == lab.LabConfig().mac("gx10-b", lab.LabConfig().rails[0])
