@@ -80,12 +80,30 @@ def node_spec() -> ImageSpec:
             "/etc/docker/daemon.json": node / "daemon.json",
             "/etc/systemd/system/gx10-lab-sysfs-rw.service": node / "gx10-lab-sysfs-rw.service",
             "/usr/local/lib/gx10-sim/nvidia_smi.py": HERE / "simulators" / "nvidia_smi.py",
+            "/usr/local/lib/gx10-sim/rdma_sysfs.py": HERE / "simulators" / "rdma_sysfs.py",
+            "/etc/systemd/system/gx10-sim-rdma.service": node / "gx10-sim-rdma.service",
         },
         setup=node / "setup.sh",
         changes=(
             "ENV container=docker",
             'CMD ["/sbin/init"]',
             f"LABEL {LAB_LABEL}.image=node",
+        ),
+    )
+
+
+def vllm_sim_spec() -> ImageSpec:
+    """Stands in for the community GB10 vLLM image: `vllm serve` is the vLLM simulator."""
+    sim = IMAGE_DIR / "vllm-sim"
+    return ImageSpec(
+        name="vllm-sim",
+        packages_file=sim / "packages.txt",
+        variant="minbase",
+        files={"/usr/local/lib/gx10-sim/vllm_sim.py": HERE / "simulators" / "vllm_sim.py"},
+        setup=sim / "setup.sh",
+        changes=(
+            'ENTRYPOINT ["vllm"]',
+            f"LABEL {LAB_LABEL}.image=vllm-sim",
         ),
     )
 
@@ -153,7 +171,7 @@ def _build_image(spec: ImageSpec, log: Log) -> None:
     _docker.docker("rm", "-f", builder, check=False)
     setup_cmd = "/gx10-setup.sh && rm /gx10-setup.sh" if spec.setup else "true"
     _docker.docker(
-        "create", "--name", builder, "--label", f"{LAB_LABEL}.builder=1",
+        "create", "--name", builder,
         spec.base_tag, "/bin/sh", "-c", setup_cmd,
     )  # fmt: skip
     try:

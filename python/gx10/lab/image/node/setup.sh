@@ -15,5 +15,7 @@ systemctl enable gx10-lab-sysfs-rw.service
 # Test equipment: the nvidia-smi simulator stands where the real tool lives.
 chmod 0755 /usr/local/lib/gx10-sim/nvidia_smi.py
 ln -sf /usr/local/lib/gx10-sim/nvidia_smi.py /usr/bin/nvidia-smi
+# Test equipment: the RDMA sysfs simulator (GID tables that follow the rail addresses).
+systemctl enable gx10-sim-rdma.service
 # A machine id per container is generated at boot.
 : > /etc/machine-id

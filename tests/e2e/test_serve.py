@@ -1,0 +1,121 @@
+"""The serving stages on the lab: ordered launch, restart semantics, failures, the smoke test.
+
+The model stage is not in site.yml yet, so the fixture puts a stand-in checkpoint (a config.json)
+on both nodes, as a molecule `prepare` step would.
+"""
+
+from __future__ import annotations
+
+import pytest
+from labtools import LAB_INVENTORY, node_sh
+
+from gx10 import ProvisionResult, lab, provision
+
+CONTAINER = "gx10-vllm"
+MODEL_DIR = "/srv/models/DeepSeek-V4-Flash-0731"
+
+
+def _container_id(node: str) -> str:
+    return node_sh(node, f"docker ps -q --no-trunc --filter name=^{CONTAINER}$").strip()
+
+
+def _serve(**extravars: object) -> ProvisionResult:
+    return provision(LAB_INVENTORY, "serve.yml", extravars=extravars or None)
+
+
+@pytest.fixture(scope="module")
+def served(lab_up: lab.LabStatus) -> ProvisionResult:
+    converged = provision(LAB_INVENTORY, "site.yml")
+    assert converged.ok, converged.failed_tasks
+    for node in ("gx10-a", "gx10-b"):
+        node_sh(
+            node,
+            f"mkdir -p {MODEL_DIR} && printf '%s' '{{\"model_type\": \"deepseek_v4\"}}' "
+            f"> {MODEL_DIR}/config.json",
+        )
+    result = _serve()
+    assert result.ok, result.failed_tasks
+    return result
+
+
+def test_both_ranks_run_and_the_head_serves(served: ProvisionResult) -> None:
+    head = node_sh("gx10-a", f"docker inspect -f '{{{{json .Config.Labels}}}}' {CONTAINER}")
+    assert '"gx10.rank":"0"' in head
+    assert '"gx10.role":"head"' in head
+    worker = node_sh("gx10-b", f"docker inspect -f '{{{{json .Config.Labels}}}}' {CONTAINER}")
+    assert '"gx10.rank":"1"' in worker
+    args = node_sh("gx10-b", f"docker inspect -f '{{{{json .Args}}}}' {CONTAINER}")
+    assert '"--headless"' in args
+    assert '"--master-addr","192.168.100.10"' in args
+    # The JSON flag arrived as one argument, unmangled.
+    assert '{\\"draft_sample_method\\":\\"probabilistic\\"' in args
+
+
+def test_reapply_changes_nothing(served: ProvisionResult) -> None:
+    before = {n: _container_id(n) for n in ("gx10-a", "gx10-b")}
+    again = _serve()
+    assert again.ok, again.failed_tasks
+    assert again.changed_total == 0
+    assert {n: _container_id(n) for n in ("gx10-a", "gx10-b")} == before
+
+
+def test_smoke_test_through_the_openai_client(served: ProvisionResult) -> None:
+    result = provision(LAB_INVENTORY, "smoke.yml")
+    assert result.ok, result.failed_tasks
+
+
+def test_a_dead_head_restarts_both_ranks_worker_first(served: ProvisionResult) -> None:
+    worker_before = _container_id("gx10-b")
+    node_sh("gx10-a", f"docker kill {CONTAINER} >/dev/null")
+    result = _serve()
+    assert result.ok, result.failed_tasks
+    # The headless worker cannot rejoin a new head: it was replaced too.
+    assert _container_id("gx10-b") not in ("", worker_before)
+    assert _container_id("gx10-a")
+
+
+def test_a_dead_worker_restarts_both_ranks(served: ProvisionResult) -> None:
+    head_before = _container_id("gx10-a")
+    node_sh("gx10-b", f"docker kill {CONTAINER} >/dev/null")
+    result = _serve()
+    assert result.ok, result.failed_tasks
+    assert _container_id("gx10-a") not in ("", head_before)
+
+
+def test_tensor_parallel_mismatch_is_refused_before_any_restart(served: ProvisionResult) -> None:
+    before = {n: _container_id(n) for n in ("gx10-a", "gx10-b")}
+    result = _serve(vllm_serve_tensor_parallel_size=4)
+    assert not result.ok
+    message = " ".join(t.message for t in result.failed_tasks)
+    assert "vllm_serve_tensor_parallel_size is 4, but 2 node(s) x 1 GPU(s) = 2" in message
+    assert {n: _container_id(n) for n in ("gx10-a", "gx10-b")} == before
+
+
+def test_missing_nccl_env_file_names_the_node_and_the_fix(served: ProvisionResult) -> None:
+    node_sh("gx10-b", "mv /etc/gx10/nccl.env /etc/gx10/nccl.env.moved")
+    try:
+        result = _serve()
+    finally:
+        node_sh("gx10-b", "mv /etc/gx10/nccl.env.moved /etc/gx10/nccl.env")
+    assert not result.ok
+    failed = {t.host: t.message for t in result.failed_tasks}
+    assert "gx10-b" in failed
+    assert "/etc/gx10/nccl.env missing" in failed["gx10-b"]
+    assert "run the nccl stage first" in failed["gx10-b"]
+
+
+def test_a_wrong_gid_index_fails_like_nccl_and_stops_the_pair(served: ProvisionResult) -> None:
+    """A pinned index that is not the node's RoCE v2 IPv4 entry: the launch fails, nothing is
+    left half-running, and a corrected re-apply brings the pair back."""
+    node_sh("gx10-b", "sed -i 's/^NCCL_IB_GID_INDEX=.*/NCCL_IB_GID_INDEX=1/' /etc/gx10/nccl.env")
+    try:
+        result = _serve()
+        assert not result.ok
+        message = " ".join(t.message for t in result.failed_tasks)
+        assert "NCCL" in message
+        assert not _container_id("gx10-b")
+    finally:
+        fixed = provision(LAB_INVENTORY, "site.yml", tags=["nccl"])
+        assert fixed.ok, fixed.failed_tasks
+    again = _serve()
+    assert again.ok, again.failed_tasks
