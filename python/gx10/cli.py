@@ -4,7 +4,8 @@ Each subcommand is an `_add_<name>` function that builds its parser and sets `ha
 `_run_<name>` function; `_SUBCOMMANDS` is the one place they are registered. Handlers return an
 exit code and leave rendering to `gx10.progress`.
 
-Exit codes: 0 ok; 1 setup or usage error; 2 the playbook ran and failed; 3 `lab status` found
+Exit codes: 0 ok; 1 setup or usage error; 2 the playbook ran and failed, or `model verify` found
+a missing or mismatching file, or `doctor` found a fault (an error finding); 3 `lab status` found
 the lab not running (the LSB convention for "not running").
 """
 
@@ -14,6 +15,7 @@ import argparse
 import contextlib
 import importlib
 import json
+import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -22,9 +24,21 @@ from typing import Any, NoReturn, Protocol, cast
 import yaml
 from rich.console import Console
 
-from gx10 import __version__
+from gx10 import __version__, smoke
+from gx10.doctor import collect as doctor_collect
+from gx10.doctor import diagnose, findings_json, has_errors, print_findings
 from gx10.errors import Gx10Error
-from gx10.progress import ProgressPrinter, print_summary
+from gx10.model.manifest import (
+    Manifest,
+    is_full_sha,
+    load_manifest,
+    manifest_from_directory,
+    manifest_from_hub,
+    resolve_token,
+    save_manifest,
+)
+from gx10.model.verify import verify
+from gx10.progress import ByteProgress, ProgressPrinter, print_summary, print_verify_report
 from gx10.provision import provision
 
 EXIT_OK = 0
@@ -174,6 +188,10 @@ class _LabApi(Protocol):
 
     def status(self) -> _LabStatus: ...
 
+    def swap_nics(self, node: str) -> _LabStatus: ...
+
+    def replace_node(self, node: str) -> _LabStatus: ...
+
 
 def _add_lab(
     commands: argparse._SubParsersAction[_Parser],
@@ -187,6 +205,14 @@ def _add_lab(
         ("status", _run_lab_status, "show the lab; exit 0 only if it is running"),
     ):
         actions.add_parser(name, parents=[json_option], help=text).set_defaults(handler=handler)
+    # Test equipment for hardware-swap scenarios: the inventory is then re-applied to converge.
+    for name, handler, text in (
+        ("swap-nics", _run_lab_swap_nics, "give NODE's rails new NICs (new MACs), recabled"),
+        ("replace", _run_lab_replace, "replace NODE by a fresh machine (container and volume)"),
+    ):
+        action = actions.add_parser(name, parents=[json_option], help=text)
+        action.add_argument("node", metavar="NODE", help="a lab node, e.g. gx10-b")
+        action.set_defaults(handler=handler)
 
 
 def _run_lab_up(args: argparse.Namespace) -> int:
@@ -213,7 +239,21 @@ def _run_lab_status(args: argparse.Namespace) -> int:
     return EXIT_OK if status.running else EXIT_NOT_RUNNING
 
 
-def _lab() -> _LabApi:
+def _run_lab_swap_nics(args: argparse.Namespace) -> int:
+    with _stdout_for(args):
+        status = _lab("swap_nics").swap_nics(args.node)
+    _print_lab_status(args, status)
+    return EXIT_OK if status.running else EXIT_NOT_RUNNING
+
+
+def _run_lab_replace(args: argparse.Namespace) -> int:
+    with _stdout_for(args):
+        status = _lab("replace_node").replace_node(args.node)
+    _print_lab_status(args, status)
+    return EXIT_OK if status.running else EXIT_NOT_RUNNING
+
+
+def _lab(*also: str) -> _LabApi:
     # Imported on use: the lab pulls in docker tooling that provision does not need.
     try:
         module = importlib.import_module("gx10.lab")
@@ -221,7 +261,7 @@ def _lab() -> _LabApi:
         if exc.name not in ("gx10.lab",):
             raise
         raise Gx10Error("the lab is not available: gx10.lab is not installed") from exc
-    missing = [name for name in ("up", "down", "status") if not hasattr(module, name)]
+    missing = [name for name in ("up", "down", "status", *also) if not hasattr(module, name)]
     if missing:
         raise Gx10Error(f"the lab is not available: gx10.lab has no {', '.join(missing)}")
     return cast(_LabApi, module)
@@ -233,6 +273,192 @@ def _print_lab_status(args: argparse.Namespace, status: _LabStatus) -> None:
     else:
         for line in status.summary_lines():
             print(line)
+
+
+# --- model -----------------------------------------------------------------------------------
+
+
+def _add_model(
+    commands: argparse._SubParsersAction[_Parser],
+    json_option: _Parser,
+) -> None:
+    model = commands.add_parser("model", help="model weights: build a manifest, verify a copy")
+    actions = model.add_subparsers(title="actions", metavar="ACTION", required=True)
+
+    m = actions.add_parser(
+        "manifest",
+        parents=[json_option],
+        help="pin a revision: every file's path, size and hash, written as YAML",
+        description=(
+            "Build a manifest from the Hub (one API call, nothing downloaded) or by hashing a "
+            "directory you trust, and write it (for example into inventories/<name>/files/)."
+        ),
+    )
+    source = m.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from-hub", metavar="REPO", help="Hub model repository (owner/name)")
+    source.add_argument("--from-dir", metavar="DIR", type=Path, help="a trusted local copy")
+    m.add_argument(
+        "--revision",
+        required=True,
+        help="commit sha (a branch or tag too with --from-hub: the manifest pins its commit)",
+    )
+    m.add_argument("--repo", help="repository id to record (required with --from-dir)")
+    m.add_argument("-o", "--output", required=True, type=Path, help="manifest file to write")
+    m.add_argument(
+        "--token-file",
+        type=Path,
+        help="file holding the Hub token (default: HF_TOKEN, then a saved `hf auth login`)",
+    )
+    m.add_argument("--endpoint", help="Hub endpoint (default: HF_ENDPOINT or huggingface.co)")
+    m.add_argument("--jobs", type=_positive_int, help="hashing threads (default: all cores)")
+    m.set_defaults(handler=_run_model_manifest)
+
+    v = actions.add_parser(
+        "verify",
+        parents=[json_option],
+        help="check a checkpoint directory against a manifest",
+        description=(
+            "Check every manifest file's size and hash, in parallel. Exit 0 if all match, 2 "
+            "naming the missing or mismatching files. Extra files are reported, never deleted."
+        ),
+    )
+    v.add_argument("directory", type=Path, metavar="DIR", help="the checkpoint directory")
+    v.add_argument("--manifest", required=True, type=Path, help="manifest file (YAML)")
+    v.add_argument(
+        "--reverify", action="store_true", help="hash every file, ignoring the verification cache"
+    )
+    v.add_argument(
+        "--no-cache", action="store_true", help="neither read nor write the verification cache"
+    )
+    v.add_argument("--jobs", type=_positive_int, help="hashing threads (default: all cores)")
+    v.set_defaults(handler=_run_model_verify)
+
+
+def _run_model_manifest(args: argparse.Namespace) -> int:
+    err = Console(stderr=True, highlight=False)
+    if args.from_hub is not None:
+        if args.repo is not None:
+            raise Gx10Error("--repo goes with --from-dir; with --from-hub the repo is REPO")
+        manifest = manifest_from_hub(
+            args.from_hub,
+            args.revision,
+            token=resolve_token(args.token_file),
+            endpoint=args.endpoint,
+        )
+        source = f"the Hub at revision {args.revision}"
+        if manifest.revision != args.revision:
+            err.print(f"revision {args.revision} is commit {manifest.revision}; pinned the commit")
+    else:
+        if args.repo is None:
+            raise Gx10Error("--from-dir needs --repo NAME (the repository id to record)")
+        if not is_full_sha(args.revision):
+            raise Gx10Error(
+                f"--revision {args.revision!r} must be a full commit sha (40 lowercase hex) with "
+                "--from-dir: nothing can resolve a branch or tag for a directory"
+            )
+        with ByteProgress(err, "hashing") as bar:
+            manifest = manifest_from_directory(
+                args.from_dir,
+                repo=args.repo,
+                revision=args.revision,
+                jobs=args.jobs,
+                progress=bar,
+            )
+        source = f"the directory {args.from_dir.resolve()}"
+    save_manifest(manifest, args.output, source=source)
+    summary = _manifest_summary(manifest, args.output)
+    if args.json:
+        _print_json(summary)
+    else:
+        print(
+            f"wrote {args.output}: {manifest.repo} at {manifest.revision}, "
+            f"{summary['files']} files ({summary['lfs_files']} LFS by sha256, "
+            f"{summary['git_files']} by git blob sha1), {manifest.total_size / 1e9:.2f} GB"
+        )
+    return EXIT_OK
+
+
+def _manifest_summary(manifest: Manifest, path: Path) -> dict[str, Any]:
+    lfs = sum(1 for f in manifest.files if f.kind == "lfs")
+    return {
+        "path": str(path),
+        "repo": manifest.repo,
+        "revision": manifest.revision,
+        "files": len(manifest.files),
+        "lfs_files": lfs,
+        "git_files": len(manifest.files) - lfs,
+        "total_bytes": manifest.total_size,
+    }
+
+
+def _run_model_verify(args: argparse.Namespace) -> int:
+    manifest = load_manifest(args.manifest)
+    err = Console(stderr=True, highlight=False)
+    with ByteProgress(err, "verifying") as bar:
+        report = verify(
+            args.directory,
+            manifest,
+            jobs=args.jobs,
+            reverify=args.reverify,
+            use_cache=not args.no_cache,
+            progress=bar,
+        )
+    print_verify_report(err if args.json else Console(highlight=False), report)
+    if args.json:
+        _print_json(report.to_dict())
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
+# --- doctor ----------------------------------------------------------------------------------
+
+
+def _add_doctor(
+    commands: argparse._SubParsersAction[_Parser],
+    json_option: _Parser,
+) -> None:
+    p = commands.add_parser(
+        "doctor",
+        parents=[json_option],
+        help="read-only diagnosis of the known faults, each with its evidence and fix",
+        description=(
+            "Gather evidence on every node (playbooks/doctor.yml, read-only) and report each known "
+            "fault with its evidence and fix. Exit 0 when no error is found, 2 when one is."
+        ),
+    )
+    p.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
+    p.add_argument("-l", "--limit", help="only check nodes matching this pattern")
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="show the evidence play's progress on stderr"
+    )
+    p.set_defaults(handler=_run_doctor)
+
+
+def _run_doctor(args: argparse.Namespace) -> int:
+    err = Console(stderr=True, highlight=False)
+    evidences, plan, result = doctor_collect.collect(
+        args.inventory, limit=args.limit, on_event=ProgressPrinter(err) if args.verbose else None
+    )
+    if result.status == "canceled":
+        return EXIT_INTERRUPTED
+    findings = diagnose(evidences, plan)
+    if args.json:
+        document = json.loads(findings_json(findings))
+        document["nodes"] = {ev.node: {"reachable": ev.reachable} for ev in evidences}
+        document["artifact_dir"] = str(result.artifact_dir)
+        _print_json(document)
+    else:
+        print_findings(Console(highlight=False), findings)
+    return EXIT_FAILED if has_errors(findings) else EXIT_OK
 
 
 # --- shared ----------------------------------------------------------------------------------
@@ -249,10 +475,51 @@ def _print_json(document: Mapping[str, Any]) -> None:
     print(json.dumps(document, indent=2, default=str))
 
 
+# --- smoke -----------------------------------------------------------------------------------
+
+
+def _add_smoke(
+    commands: argparse._SubParsersAction[_Parser],
+    json_option: _Parser,
+) -> None:
+    p = commands.add_parser(
+        "smoke",
+        parents=[json_option],
+        help="use a served model as a coding agent does (models, chat, stream, tool call)",
+        description=(
+            "Smoke-test an OpenAI-compatible vLLM endpoint with the official openai client. "
+            "The API key comes from --api-key-file or OPENAI_API_KEY."
+        ),
+    )
+    p.add_argument("--endpoint", required=True, help="base URL, e.g. http://gx10-a:8000/v1")
+    p.add_argument("--model", required=True, help="the served model name")
+    p.add_argument("--api-key-file", type=Path, help="file holding the API key")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
+    p.set_defaults(handler=_run_smoke)
+
+
+def _run_smoke(args: argparse.Namespace) -> int:
+    key = os.environ.get("OPENAI_API_KEY", "")
+    if args.api_key_file is not None:
+        try:
+            key = args.api_key_file.read_text().strip()
+        except OSError as exc:
+            raise Gx10Error(f"cannot read --api-key-file {args.api_key_file}: {exc}") from exc
+    result = smoke.run(args.endpoint, args.model, api_key=key, timeout=args.timeout)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        for check in result.checks:
+            mark = "ok  " if check.ok else "FAIL"
+            print(f"{mark} {check.name:<10} {check.seconds:6.2f} s  {check.detail}")
+        print(f"{'OK' if result.ok else 'FAILED'}: {result.base_url} model {result.model}")
+    return 0 if result.ok else 2
+
+
 _SUBCOMMANDS: tuple[
     Callable[[argparse._SubParsersAction[_Parser], _Parser], None],
     ...,
-] = (_add_provision, _add_lab)
+] = (_add_provision, _add_lab, _add_model, _add_doctor, _add_smoke)
 
 
 if __name__ == "__main__":

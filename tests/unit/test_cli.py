@@ -276,6 +276,36 @@ def test_lab_down(lab: types.SimpleNamespace) -> None:
     assert json.loads(invoke(["lab", "down", "--json"]).stdout) == {"ok": True}
 
 
+def test_lab_swap_nics_and_replace_name_the_node(lab: types.SimpleNamespace) -> None:
+    module = sys.modules["gx10.lab"]
+
+    def swap_nics(node: str) -> FakeLabStatus:
+        print(f"swapping the rail NICs of {node}")
+        lab.calls.append(("swap_nics", node))
+        return FakeLabStatus(running=True)
+
+    def replace_node(node: str) -> FakeLabStatus:
+        lab.calls.append(("replace_node", node))
+        return FakeLabStatus(running=True)
+
+    module.swap_nics, module.replace_node = swap_nics, replace_node  # type: ignore[attr-defined]
+    swapped = invoke(["lab", "swap-nics", "gx10-b", "--json"])
+    assert swapped.code == 0
+    assert json.loads(swapped.stdout)["running"] is True
+    assert swapped.stderr == "swapping the rail NICs of gx10-b\n"
+    assert invoke(["lab", "replace", "gx10-a"]).code == 0
+    assert lab.calls == [("swap_nics", "gx10-b"), ("replace_node", "gx10-a")]
+    with pytest.raises(SystemExit) as info:  # NODE is required
+        invoke(["lab", "replace"])
+    assert info.value.code == 1
+
+
+def test_lab_without_swap_support_exits_1(lab: types.SimpleNamespace) -> None:
+    run = invoke(["lab", "swap-nics", "gx10-b"])
+    assert run.code == 1
+    assert run.stderr == "gx10: error: the lab is not available: gx10.lab has no swap_nics\n"
+
+
 def test_lab_module_without_the_api_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "gx10.lab", types.ModuleType("gx10.lab"))
     run = invoke(["lab", "status"])

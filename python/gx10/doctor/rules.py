@@ -39,6 +39,7 @@ CONTAINER_NO_MEMLOCK = "CONTAINER_NO_MEMLOCK"
 WORKER_GONE = "WORKER_GONE"
 HEAD_GONE = "HEAD_GONE"
 CLOCK_CAP_LEFT = "CLOCK_CAP_LEFT"
+EVIDENCE_INCOMPLETE = "EVIDENCE_INCOMPLETE"
 
 _RERUN_NCCL = (
     "rerun the NCCL stage (`gx10 provision -i INV -p nccl.yml`): it resolves each node's index "
@@ -96,6 +97,9 @@ class Evidence:
     bandwidth_gbps: Mapping[str, float] = field(default_factory=dict)  # netdev -> Gb/s
     sm_clock_cap_mhz: int | None = None  # locked SM clock now; None: not locked
     sm_clock_policy_mhz: int | None = None  # the cap the policy wants; None: no cap
+    # What could not be gathered, and why (a missing env file, docker not answering, ...); for
+    # an unreachable node, why it did not answer.
+    problems: tuple[str, ...] = ()
 
     def rail(self, netdev: str) -> RailEvidence | None:
         return next((rail for rail in self.rails if rail.netdev == netdev), None)
@@ -196,7 +200,7 @@ def rule_unreachable(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterab
                 "error",
                 ev.node,
                 "node did not answer; nothing else could be checked on it",
-                "the evidence play could not reach the node",
+                "; ".join(ev.problems) or "the evidence play could not reach the node",
                 "check that the node is powered and on the management network "
                 "(`ansible -m ping NODE`)",
             )
@@ -502,6 +506,20 @@ def rule_clock_cap(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable
             )
 
 
+def rule_evidence_incomplete(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    for ev in _reachable(evs):
+        if ev.problems:
+            yield Finding(
+                EVIDENCE_INCOMPLETE,
+                "warning",
+                ev.node,
+                "some evidence could not be gathered; the checks that need it were skipped",
+                "; ".join(ev.problems),
+                "fix what the evidence names (a stage not run yet, docker or nvidia-smi missing, "
+                "no RDMA device), then run `gx10 doctor` again",
+            )
+
+
 RULES: tuple[Rule, ...] = (
     rule_unreachable,
     rule_rail_missing,
@@ -516,4 +534,5 @@ RULES: tuple[Rule, ...] = (
     rule_containers,
     rule_peer_gone,
     rule_clock_cap,
+    rule_evidence_incomplete,
 )

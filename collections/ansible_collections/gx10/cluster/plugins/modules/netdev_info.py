@@ -7,11 +7,13 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: netdev_info
-short_description: Read link state, carrier, MTU, MAC and speed of netdevs from sysfs
+short_description: Read link state, carrier, MTU, MAC, speed and PCIe link of netdevs from sysfs
 description:
   - Reads C(<sysfs_root>/class/net/<netdev>/) for each netdev. Unlike the C(active) fact (which
     is true for any operstate but C(down), including C(lowerlayerdown)), C(carrier) is the
     kernel's own carrier flag, and is C(null) when the link is administratively down.
+  - Also reads the negotiated PCIe link of the netdev's device (C(device/current_link_width) and
+    C(device/current_link_speed)), C(null) where sysfs has none (veth, virtual functions).
   - With I(addresses) (or any I(expect_addresses) or I(expect_no_link_local)), also lists each
     netdev's IP addresses (C(ip -j addr show)), which sysfs does not hold.
   - With the C(expect_*) options, compares what it read with what is expected and returns one
@@ -59,7 +61,9 @@ RETURN = r"""
 netdevs:
   description: >-
     Per netdev, C(present), C(operstate), C(carrier), C(mtu), C(address) (the MAC),
-    C(speed_mbps), and with I(addresses) C(addresses) (list of C(addr/prefix)).
+    C(speed_mbps), C(pcie_width) (lanes, for example C(4)) and C(pcie_speed) (as the kernel
+    prints it, for example C(32.0 GT/s PCIe)), and with I(addresses) C(addresses) (list of
+    C(addr/prefix)).
   returned: always
   type: dict
 missing:
@@ -103,12 +107,27 @@ def _int(text: str | None) -> int | None:
         return None
 
 
+def pcie_link(base: str) -> tuple[int | None, str | None]:
+    """(width, speed) of the PCIe link of the netdev at ``base`` (its ``device`` function).
+
+    None where sysfs has no such file (veth, virtual functions) or the value is unknown: the
+    kernel prints a width of 0 and a speed of "Unknown" for a link it cannot read.
+    """
+    device = os.path.join(base, "device")
+    width = _int(_read(os.path.join(device, "current_link_width")))
+    speed = _read(os.path.join(device, "current_link_speed"))
+    if speed is not None and (not speed or speed.lower().startswith("unknown")):
+        speed = None
+    return (width if width is not None and width > 0 else None), speed
+
+
 def netdev_state(sysfs_root: str, netdev: str) -> dict[str, Any]:
     base = os.path.join(sysfs_root, "class", "net", netdev)
     if not os.path.isdir(base):
         return {"present": False}
     carrier = _read(os.path.join(base, "carrier"))
     speed = _int(_read(os.path.join(base, "speed")))
+    pcie_width, pcie_speed = pcie_link(base)
     return {
         "present": True,
         "operstate": _read(os.path.join(base, "operstate")),
@@ -117,6 +136,8 @@ def netdev_state(sysfs_root: str, netdev: str) -> dict[str, Any]:
         "address": _read(os.path.join(base, "address")),
         # -1 (unknown) for links without a negotiated speed, e.g. veth or down links.
         "speed_mbps": speed if speed is not None and speed >= 0 else None,
+        "pcie_width": pcie_width,
+        "pcie_speed": pcie_speed,
     }
 
 

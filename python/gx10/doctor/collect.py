@@ -1,0 +1,352 @@
+"""Gather the doctor's evidence: run playbooks/doctor.yml and read each node's result.
+
+The playbook ends every node with one task whose result holds a JSON-serialisable
+``gx10_doctor_evidence`` dict (see playbooks/doctor.yml); `collect` picks those, and the cluster
+plan from the validate play, out of the runner events (``runner_on_ok``, ``event_data.res``)
+without scraping text. `parse_evidence` turns one node's dict into an `Evidence`: pure, so it is
+unit-tested on realistic dicts, including the missing pieces (unreachable node, no container, no
+env file, a failed GID read).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from gx10.doctor.rules import ContainerEvidence, Evidence, RailEvidence
+from gx10.errors import Gx10Error
+from gx10.provision import EventHandler, ProvisionResult, provision
+
+PLAYBOOK = "doctor.yml"
+EVIDENCE_KEY = "gx10_doctor_evidence"
+SCHEMA = 1
+_VALIDATE_ACTIONS = ("gx10.cluster.validate_cluster", "validate_cluster")
+
+
+def collect(
+    inventory: str,
+    *,
+    limit: str | None = None,
+    on_event: EventHandler | None = None,
+) -> tuple[list[Evidence], dict[str, Any], ProvisionResult]:
+    """Run the evidence playbook; return each node's evidence (plan order), the plan, the run.
+
+    A node that gave no evidence although the run reached it (unreachable before the play could
+    report, or a failed task) is reported as unreachable with the reason; nodes outside `limit`
+    are left out. Raises Gx10Error when there is no plan (the inventory did not validate).
+    """
+    gathered = _Gatherer(on_event)
+    result = provision(
+        inventory,
+        PLAYBOOK,
+        # The plan is computed on localhost (the validate play): keep it in any limit.
+        limit=f"{limit},localhost" if limit else None,
+        on_event=gathered,
+    )
+    if gathered.plan is None:
+        reasons = "; ".join(f"{t.host} {t.task}: {t.message}" for t in result.failed_tasks)
+        raise Gx10Error(
+            "doctor: no cluster plan, so nothing to check against"
+            + (f" ({reasons})" if reasons else "")
+            + f"; artifacts in {result.artifact_dir}"
+        )
+    plan = gathered.plan
+    evidences: list[Evidence] = []
+    for node in _plan_nodes(plan):
+        if node in gathered.evidence:
+            evidences.append(parse_evidence(node, gathered.evidence[node]))
+        elif node in result.hosts or node in gathered.lost:
+            why = gathered.lost.get(node) or [
+                f"{t.task}: {t.message}" for t in result.failed_tasks if t.host == node
+            ]
+            evidences.append(
+                Evidence(node=node, reachable=False, problems=tuple(why or ["no evidence"]))
+            )
+    return evidences, plan, result
+
+
+class _Gatherer:
+    """The on_event callback: keeps the plan, each node's evidence, and why nodes gave none."""
+
+    def __init__(self, forward: EventHandler | None) -> None:
+        self._forward = forward
+        self.plan: dict[str, Any] | None = None
+        self.evidence: dict[str, Mapping[str, Any]] = {}
+        self.lost: dict[str, list[str]] = {}
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        data = event.get("event_data") or {}
+        res = data.get("res")
+        host = str(data.get("host", ""))
+        if isinstance(res, Mapping):
+            kind = event.get("event")
+            if kind == "runner_on_ok":
+                self._ok(host, str(data.get("task_action", "")), res)
+            elif kind in ("runner_on_unreachable", "runner_on_failed"):
+                message = str(res.get("msg") or "").strip() or "(no message)"
+                self.lost.setdefault(host, []).append(f"{data.get('task', '')}: {message}")
+        if self._forward is not None:
+            self._forward(event)
+
+    def _ok(self, host: str, action: str, res: Mapping[str, Any]) -> None:
+        evidence = res.get(EVIDENCE_KEY)
+        if isinstance(evidence, Mapping):
+            self.evidence[str(evidence.get("node") or host)] = evidence
+        elif evidence is not None:  # debug's text for a template it could not render
+            self.lost.setdefault(host, []).append(f"evidence not rendered: {evidence}")
+        elif action in _VALIDATE_ACTIONS and isinstance(res.get("plan"), Mapping):
+            self.plan = dict(res["plan"])
+
+
+def _plan_nodes(plan: Mapping[str, Any]) -> list[str]:
+    nodes = [str(n["name"]) for n in plan.get("nodes", []) if isinstance(n, Mapping)]
+    return nodes or sorted(str(name) for name in plan.get("hosts", {}))
+
+
+# --- parsing ---------------------------------------------------------------------------------
+
+
+def parse_evidence(node: str, raw: Mapping[str, Any] | None) -> Evidence:
+    """One node's ``gx10_doctor_evidence`` dict as an `Evidence`.
+
+    Whatever the node could not show is left empty (None, no rails, no tables) and named in
+    ``problems``, so a rule never judges a missing piece as a fault of its own.
+    """
+    if not raw:
+        return Evidence(node=node, reachable=False, problems=("the node reported no evidence",))
+    schema = raw.get("schema")
+    if schema != SCHEMA:
+        raise Gx10Error(
+            f"doctor: {node} reported evidence schema {schema!r}, this gx10 reads {SCHEMA}: "
+            "playbooks/doctor.yml and the gx10 package are from different versions"
+        )
+    if not _bool(raw.get("reachable", True)):
+        message = str(raw.get("unreachable_msg") or "").strip()
+        return Evidence(
+            node=node, reachable=False, problems=(message,) if message else ("unreachable",)
+        )
+    problems: list[str] = []
+    gid = _section(raw, "gid")
+    rdma_devs, gid_tables = _gid(gid, problems)
+    return Evidence(
+        node=node,
+        reachable=True,
+        rails=_rails(raw, rdma_devs, problems),
+        gid_tables=gid_tables,
+        env=_env(_section(raw, "env_file"), problems),
+        gid_mode=str(raw["gid_mode"]) if raw.get("gid_mode") else None,
+        containers=_containers(_section(raw, "container"), problems),
+        bandwidth_gbps=_bandwidth(raw.get("bandwidth_gbps")),
+        sm_clock_cap_mhz=_clock_cap(_section(raw, "clocks"), _section(raw, "clock_lock"), problems),
+        sm_clock_policy_mhz=_int(raw.get("sm_clock_policy_mhz")),
+        problems=tuple(problems),
+    )
+
+
+def _section(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = raw.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _bool(value: object) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "1")
+    return bool(value)
+
+
+def _int(value: object) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        try:
+            return round(float(str(value).strip()))
+        except ValueError:
+            return None
+
+
+def _why(section: Mapping[str, Any]) -> str:
+    return str(section.get("msg") or "").strip().splitlines()[0] if section.get("msg") else "?"
+
+
+def _gid(
+    gid: Mapping[str, Any], problems: list[str]
+) -> tuple[dict[str, str], dict[str, list[Mapping[str, Any]]]]:
+    """(netdev -> rdma_dev, rdma_dev -> GID table) from roce_gid_info's rails.
+
+    roce_gid_info also returns the tables when it fails (a rail without its RoCE v2 GID): those
+    count, the rules judge them. A table that is empty was not read (a real port always holds its
+    two default link-local GIDs), so it is left out rather than shown as a table without entries.
+    """
+    rdma_devs: dict[str, str] = {}
+    tables: dict[str, list[Mapping[str, Any]]] = {}
+    for rail in gid.get("rails") or []:
+        if not isinstance(rail, Mapping):
+            continue
+        netdev, dev, table = rail.get("netdev"), rail.get("rdma_dev"), rail.get("table")
+        if isinstance(dev, str) and dev:
+            if isinstance(netdev, str):
+                rdma_devs[netdev] = dev
+            if isinstance(table, list) and table:
+                tables[dev] = [e for e in table if isinstance(e, Mapping)]
+    rails = [r for r in gid.get("rails") or [] if isinstance(r, Mapping)]
+    if not gid.get("ok", False) and len(tables) < max(len(rails), 1):
+        problems.append(f"GID tables not read: {_why(gid)}")
+    return rdma_devs, tables
+
+
+def _rails(
+    raw: Mapping[str, Any], rdma_devs: Mapping[str, str], problems: list[str]
+) -> tuple[RailEvidence, ...]:
+    section = _section(raw, "netdev")
+    netdevs = section.get("netdevs")
+    if not section.get("ok", False) or not isinstance(netdevs, Mapping):
+        problems.append(f"rails not read: {_why(section)}")
+        return ()
+    planned = [str(r["netdev"]) for r in raw.get("rails") or [] if isinstance(r, Mapping)]
+    names = list(dict.fromkeys([*planned, *(str(n) for n in netdevs)]))
+    rails = []
+    for name in names:
+        state = netdevs.get(name)
+        if not isinstance(state, Mapping):
+            continue
+        if not state.get("present", False):
+            rails.append(RailEvidence(name, present=False, rdma_dev=rdma_devs.get(name)))
+            continue
+        addresses = tuple(str(a) for a in state.get("addresses") or [])
+        carrier = state.get("carrier")
+        rails.append(
+            RailEvidence(
+                netdev=name,
+                present=True,
+                carrier=None if carrier is None else _bool(carrier),
+                mtu=_int(state.get("mtu")),
+                addresses=addresses,
+                link_local=tuple(a for a in addresses if _link_local(a)),
+                pcie_width=_int(state.get("pcie_width")),
+                pcie_speed=str(state["pcie_speed"]) if state.get("pcie_speed") else None,
+                rdma_dev=rdma_devs.get(name),
+            )
+        )
+    return tuple(rails)
+
+
+def _link_local(cidr: str) -> bool:
+    try:
+        return ipaddress.ip_interface(cidr).ip.is_link_local
+    except ValueError:
+        return False
+
+
+def parse_env_file(text: str) -> dict[str, str]:
+    """KEY=VALUE lines as `docker run --env-file` reads them: no quoting, # comments, blanks.
+
+    A bare ``KEY`` (docker passes the caller's value through) has no value here and is skipped.
+    """
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        stripped = line.lstrip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        key, sep, value = stripped.partition("=")
+        if sep and key.strip():
+            env[key.strip()] = value
+    return env
+
+
+def _env(section: Mapping[str, Any], problems: list[str]) -> dict[str, str] | None:
+    path = section.get("path") or "the NCCL env file"
+    if not section.get("ok", False):
+        problems.append(f"no NCCL env file {path}: {_why(section)}")
+        return None
+    try:
+        text = base64.b64decode(str(section.get("content_b64") or ""), validate=True)
+        return parse_env_file(text.decode("utf-8", errors="replace"))
+    except (binascii.Error, ValueError):
+        problems.append(f"NCCL env file {path} could not be decoded")
+        return None
+
+
+def _containers(section: Mapping[str, Any], problems: list[str]) -> tuple[ContainerEvidence, ...]:
+    name = str(section.get("name") or "gx10-vllm")
+    if not section.get("ok", False):
+        problems.append(f"container {name} not inspected: {_why(section)}")
+        return ()
+    if not _bool(section.get("exists", False)):
+        return (ContainerEvidence(name, None, "missing", False, False),)
+    state = section.get("state")
+    labels = section.get("labels")
+    status = state.get("Status") if isinstance(state, Mapping) else None
+    rank = labels.get("gx10.rank") if isinstance(labels, Mapping) else None
+    return (
+        ContainerEvidence(
+            name=name,
+            rank=_int(rank),
+            state=str(status or "unknown"),
+            has_infiniband_device=_has_infiniband(section.get("devices")),
+            memlock_unlimited=_memlock_unlimited(section.get("ulimits")),
+        ),
+    )
+
+
+def _has_infiniband(devices: object) -> bool:
+    """HostConfig.Devices: [{PathOnHost, PathInContainer, CgroupPermissions}, ...]."""
+    for device in _mappings(devices):
+        for key in ("PathInContainer", "PathOnHost"):
+            path = str(device.get(key) or "").rstrip("/")
+            if path == "/dev/infiniband" or path.startswith("/dev/infiniband/"):
+                return True
+    return False
+
+
+def _memlock_unlimited(ulimits: object) -> bool:
+    """HostConfig.Ulimits: [{Name: memlock, Soft: -1, Hard: -1}] for --ulimit memlock=-1."""
+    return any(
+        str(u.get("Name")) == "memlock" and _int(u.get("Soft")) == -1 and _int(u.get("Hard")) == -1
+        for u in _mappings(ulimits)
+    )
+
+
+def _mappings(value: object) -> Iterable[Mapping[str, Any]]:
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [item for item in value if isinstance(item, Mapping)]
+    return []
+
+
+def _bandwidth(value: object) -> dict[str, float]:
+    if not isinstance(value, Mapping):
+        return {}
+    found = {}
+    for netdev, gbps in value.items():
+        try:
+            found[str(netdev)] = float(gbps)
+        except (TypeError, ValueError):
+            continue
+    return found
+
+
+def _clock_cap(
+    clocks: Mapping[str, Any], lock: Mapping[str, Any], problems: list[str]
+) -> int | None:
+    """The SM clock a lock (-lgc) holds the GPU at, or None when no lock shows.
+
+    nvidia-smi has no query for the locked range; while a lock holds the clock down, the
+    applications-clocks event reason is active and the current SM clock is the cap. An idle GPU
+    runs below any cap, so a lock does not show then.
+    """
+    rc = _int(clocks.get("rc"))
+    if rc is None:
+        return None  # not gathered: the node was skipped, nothing to say
+    if rc != 0:
+        message = str(clocks.get("msg") or "").strip() or f"exit code {rc}"
+        problems.append(f"GPU clock not read (nvidia-smi: {message})")
+        return None
+    first = (str(clocks.get("stdout") or "").strip().splitlines() or [""])[0]
+    current = _int(first.split(",")[0]) if first else None
+    reason = (str(lock.get("stdout") or "").strip().splitlines() or [""])[0].strip()
+    locked = _int(lock.get("rc")) == 0 and reason.lower() == "active"
+    return current if locked else None

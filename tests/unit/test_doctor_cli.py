@@ -1,0 +1,132 @@
+"""`gx10 doctor`: exit codes and the JSON document, over a fake evidence collection."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gx10 import cli
+from gx10.doctor import ContainerEvidence, Evidence
+from gx10.doctor import rules as r
+from gx10.errors import InventoryNotFoundError
+from gx10.provision import HostStats, ProvisionResult
+
+PLAN: dict[str, Any] = {
+    "head": "gx10-a",
+    "workers": ["gx10-b"],
+    "nodes": [{"name": "gx10-a", "rank": 0}, {"name": "gx10-b", "rank": 1}],
+    "hosts": {"gx10-a": {"rails": []}, "gx10-b": {"rails": []}},
+}
+
+
+def _run(status: str = "successful") -> ProvisionResult:
+    return ProvisionResult(
+        ok=status == "successful",
+        status=status,
+        rc=0,
+        hosts={"gx10-a": HostStats(ok=9), "gx10-b": HostStats(ok=9)},
+        failed_tasks=(),
+        artifact_dir=Path("/tmp/artifacts/x"),
+    )
+
+
+def _node(name: str, rank: int, **changes: Any) -> Evidence:
+    fields: dict[str, Any] = {
+        "node": name,
+        "containers": (ContainerEvidence("gx10-vllm", rank, "running", True, True),),
+        **changes,
+    }
+    return Evidence(**fields)
+
+
+HEALTHY = [_node("gx10-a", 0), _node("gx10-b", 1)]
+WORKER_DOWN = [_node("gx10-a", 0), _node("gx10-b", 1, reachable=False, containers=())]
+CLOCK_LEFT = [_node("gx10-a", 0, sm_clock_cap_mhz=2000), _node("gx10-b", 1)]
+
+
+@pytest.fixture
+def collected(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Replace the evidence collection; the test sets what it returns, and sees the call."""
+    state: dict[str, Any] = {"evidences": HEALTHY, "run": _run(), "calls": []}
+
+    def fake_collect(
+        inventory: str, *, limit: str | None = None, on_event: Any = None
+    ) -> tuple[list[Evidence], dict[str, Any], ProvisionResult]:
+        state["calls"].append({"inventory": inventory, "limit": limit, "on_event": on_event})
+        if "error" in state:
+            raise state["error"]
+        return list(state["evidences"]), PLAN, state["run"]
+
+    monkeypatch.setattr("gx10.doctor.collect.collect", fake_collect)
+    monkeypatch.setenv("COLUMNS", "240")  # the table folds long cells at 80 columns
+    return state
+
+
+def test_healthy_exits_0(collected: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["doctor", "-i", "inventories/lab"]) == cli.EXIT_OK
+    assert "no known fault found" in capsys.readouterr().out
+    assert collected["calls"] == [{"inventory": "inventories/lab", "limit": None, "on_event": None}]
+
+
+def test_error_finding_exits_2_with_the_table(
+    collected: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    collected["evidences"] = WORKER_DOWN
+    assert cli.main(["doctor", "-i", "inv", "--limit", "gx10-*", "-v"]) == cli.EXIT_FAILED
+    out = capsys.readouterr().out
+    assert r.NODE_UNREACHABLE in out
+    assert r.WORKER_GONE in out
+    assert collected["calls"][0]["limit"] == "gx10-*"
+    assert collected["calls"][0]["on_event"] is not None  # -v: progress on stderr
+
+
+def test_warning_only_exits_0(
+    collected: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    collected["evidences"] = CLOCK_LEFT
+    assert cli.main(["doctor", "-i", "inv"]) == cli.EXIT_OK
+    assert r.CLOCK_CAP_LEFT in capsys.readouterr().out
+
+
+def test_json_document(collected: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    collected["evidences"] = WORKER_DOWN
+    assert cli.main(["doctor", "-i", "inv", "--json"]) == cli.EXIT_FAILED
+    document = json.loads(capsys.readouterr().out)
+    assert set(document) == {"ok", "errors", "warnings", "findings", "nodes", "artifact_dir"}
+    assert document["ok"] is False
+    assert document["errors"] == len(document["findings"]) == 2
+    assert document["warnings"] == 0
+    assert document["nodes"] == {"gx10-a": {"reachable": True}, "gx10-b": {"reachable": False}}
+    assert document["artifact_dir"] == "/tmp/artifacts/x"
+    first = document["findings"][0]
+    assert set(first) == {"code", "severity", "node", "summary", "evidence", "fix"}
+    assert {(f["code"], f["node"]) for f in document["findings"]} == {
+        (r.NODE_UNREACHABLE, "gx10-b"),
+        (r.WORKER_GONE, "gx10-b"),
+    }
+
+
+def test_json_healthy(collected: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["doctor", "-i", "inv", "--json"]) == cli.EXIT_OK
+    document = json.loads(capsys.readouterr().out)
+    assert (document["ok"], document["findings"]) == (True, [])
+
+
+def test_setup_error_exits_1(collected: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    collected["error"] = InventoryNotFoundError("inventory 'nope' not found")
+    assert cli.main(["doctor", "-i", "nope"]) == cli.EXIT_ERROR
+    assert "inventory 'nope' not found" in capsys.readouterr().err
+
+
+def test_missing_inventory_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["doctor"])
+    assert exit_info.value.code == cli.EXIT_ERROR
+
+
+def test_canceled_run_exits_130(collected: dict[str, Any]) -> None:
+    collected["run"] = _run("canceled")
+    assert cli.main(["doctor", "-i", "inv"]) == cli.EXIT_INTERRUPTED
