@@ -323,6 +323,27 @@ NEAR_MISSES: dict[str, tuple[Callable[[dict[str, Any], Path], list[Evidence]], s
         ],
         r.CONTAINER_NO_INFINIBAND,
     ),
+    "inventory opts out of RDMA devices and memlock (the lab)": (
+        lambda t, _p: [
+            node_evidence(
+                n,
+                t,
+                containers=(
+                    ContainerEvidence(
+                        "gx10-vllm",
+                        0 if n == "gx10-a" else 1,
+                        "running",
+                        False,
+                        False,
+                        expects_infiniband=False,
+                        expects_memlock_unlimited=False,
+                    ),
+                ),
+            )
+            for n in OCTETS
+        ],
+        r.CONTAINER_NO_MEMLOCK,
+    ),
     "both stopped": (
         lambda t, _p: [node_evidence(n, t, containers=()) for n in OCTETS],
         r.WORKER_GONE,

@@ -289,6 +289,8 @@ def _containers(section: Mapping[str, Any], problems: list[str]) -> tuple[Contai
             state=str(status or "unknown"),
             has_infiniband_device=_has_infiniband(section.get("devices")),
             memlock_unlimited=_memlock_unlimited(section.get("ulimits")),
+            expects_infiniband=_bool(section.get("expects_infiniband", True)),
+            expects_memlock_unlimited=_bool(section.get("expects_memlock_unlimited", True)),
         ),
     )
 

@@ -80,6 +80,10 @@ class ContainerEvidence:
     state: str  # docker's State.Status: running, exited, ...; "missing" when there is none
     has_infiniband_device: bool
     memlock_unlimited: bool
+    # What the inventory configures the serve stage to give it (vllm_serve_devices and
+    # vllm_serve_memlock); a deliberate opt-out is not a fault.
+    expects_infiniband: bool = True
+    expects_memlock_unlimited: bool = True
 
 
 @dataclass(frozen=True)
@@ -432,7 +436,7 @@ def rule_containers(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterabl
         for c in ev.containers:
             if c.state != "running":
                 continue
-            if not c.has_infiniband_device:
+            if c.expects_infiniband and not c.has_infiniband_device:
                 yield Finding(
                     CONTAINER_NO_INFINIBAND,
                     "error",
@@ -442,7 +446,7 @@ def rule_containers(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterabl
                     "recreate it with `--device /dev/infiniband` (the serve stage does): without "
                     "it NCCL silently falls back to sockets",
                 )
-            if not c.memlock_unlimited:
+            if c.expects_memlock_unlimited and not c.memlock_unlimited:
                 yield Finding(
                     CONTAINER_NO_MEMLOCK,
                     "error",
