@@ -25,6 +25,7 @@ import yaml
 from rich.console import Console
 
 from gx10 import __version__, smoke
+from gx10 import status as cluster_status
 from gx10.doctor import collect as doctor_collect
 from gx10.doctor import diagnose, findings_json, has_errors, print_findings
 from gx10.errors import Gx10Error
@@ -461,6 +462,47 @@ def _run_doctor(args: argparse.Namespace) -> int:
     return EXIT_FAILED if has_errors(findings) else EXIT_OK
 
 
+# --- status ----------------------------------------------------------------------------------
+
+
+def _add_status(
+    commands: argparse._SubParsersAction[_Parser],
+    json_option: _Parser,
+) -> None:
+    p = commands.add_parser(
+        "status",
+        parents=[json_option],
+        help="is the service whole: each rank's container, rank, image, and the head's health",
+        description=(
+            "Per node the serving container's state, rank and image, and the head's /health as "
+            "this machine sees it (read-only). Exit 0 only when every rank runs and the head is "
+            "healthy; 2 otherwise."
+        ),
+    )
+    p.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
+    p.set_defaults(handler=_run_status)
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    evidences, plan, result = doctor_collect.collect(args.inventory)
+    if result.status == "canceled":
+        return EXIT_INTERRUPTED
+    state = cluster_status.judge(evidences, plan)
+    if args.json:
+        _print_json(state.to_dict())
+    else:
+        for node in state.nodes:
+            print(
+                f"{node.node:<10} rank {node.rank} {node.role:<6} container {node.container:<8} "
+                f"image {node.image or '-'}"
+            )
+        print(f"endpoint  {state.endpoint or '-'}  /health {state.head_health or 'no answer'}")
+        for problem in state.problems:
+            print(f"problem: {problem}")
+        print("OK: the service is whole" if state.ok else "NOT OK")
+    return EXIT_OK if state.ok else EXIT_FAILED
+
+
 # --- shared ----------------------------------------------------------------------------------
 
 
@@ -519,7 +561,7 @@ def _run_smoke(args: argparse.Namespace) -> int:
 _SUBCOMMANDS: tuple[
     Callable[[argparse._SubParsersAction[_Parser], _Parser], None],
     ...,
-] = (_add_provision, _add_lab, _add_model, _add_doctor, _add_smoke)
+] = (_add_provision, _add_lab, _add_model, _add_doctor, _add_status, _add_smoke)
 
 
 if __name__ == "__main__":

@@ -143,6 +143,7 @@ def parse_evidence(node: str, raw: Mapping[str, Any] | None) -> Evidence:
         sm_clock_cap_mhz=_clock_cap(_section(raw, "clocks"), _section(raw, "clock_lock"), problems),
         sm_clock_policy_mhz=_int(raw.get("sm_clock_policy_mhz")),
         problems=tuple(problems),
+        endpoint=str(raw["endpoint"]).strip() if raw.get("endpoint") else None,
     )
 
 
@@ -291,6 +292,7 @@ def _containers(section: Mapping[str, Any], problems: list[str]) -> tuple[Contai
             memlock_unlimited=_memlock_unlimited(section.get("ulimits")),
             expects_infiniband=_bool(section.get("expects_infiniband", True)),
             expects_memlock_unlimited=_bool(section.get("expects_memlock_unlimited", True)),
+            image=str(section.get("image") or "") or None,
         ),
     )
 

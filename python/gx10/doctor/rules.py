@@ -84,6 +84,7 @@ class ContainerEvidence:
     # vllm_serve_memlock); a deliberate opt-out is not a fault.
     expects_infiniband: bool = True
     expects_memlock_unlimited: bool = True
+    image: str | None = None  # the image reference it runs (repository@sha256:...)
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ class Evidence:
     # What could not be gathered, and why (a missing env file, docker not answering, ...); for
     # an unreachable node, why it did not answer.
     problems: tuple[str, ...] = ()
+    endpoint: str | None = None  # the node's API base URL as the controller reaches it
 
     def rail(self, netdev: str) -> RailEvidence | None:
         return next((rail for rail in self.rails if rail.netdev == netdev), None)
