@@ -5,8 +5,6 @@ The playbooks and inventories (the `home` fixture) come from conftest.py and min
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import sys
 import types
@@ -15,23 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import Invocation, invoke
 
 from gx10.cli import main
 from gx10.progress import ProgressLine, describe_event
-
-
-@dataclass(frozen=True)
-class Invocation:
-    code: int
-    stdout: str
-    stderr: str
-
-
-def invoke(argv: list[str]) -> Invocation:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return Invocation(code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture(scope="module")

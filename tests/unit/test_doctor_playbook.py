@@ -17,16 +17,21 @@ from typing import Any
 
 import pytest
 import yaml
+from simulators import node_gid_tables, simulator_path
 
 from gx10.doctor import diagnose
 from gx10.doctor import rules as r
 from gx10.doctor.collect import collect
-from gx10.lab.simulators.rdma_sysfs import sync
 
 ROOT = Path(__file__).resolve().parents[2]
-ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
-RECORDING = ROOT / "tests" / "fixtures" / "ip-addr" / "1-rail-ipv4.json"
-NVIDIA_SMI = ROOT / "python" / "gx10" / "lab" / "simulators" / "nvidia_smi.py"
+sys.path.insert(0, str(ROOT / "collections"))  # the shared two-node localhost inventory
+
+from ansible_collections.gx10.cluster.tests.unit.localhost_playbook import (  # noqa: E402
+    ANSIBLE_PLAYBOOK,
+    two_node_inventory,
+)
+
+NVIDIA_SMI = simulator_path("nvidia_smi")
 NODES = {"gx10-a": "10", "gx10-b": "11"}
 RAIL0, RAIL1 = "enp1s0f0np0", "enP2p1s0f0np0"
 # The worker's second twin trained at x2 (the early-BIOS fault).
@@ -43,15 +48,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def node_sysfs(root: Path, node: str) -> None:
-    octet = NODES[node]
-    recorded = RECORDING.read_text(encoding="utf-8")
-    sync(
-        str(root),
-        recorded.replace('"192.168.100.10"', f'"192.168.100.{octet}"').replace(
-            '"192.168.101.10"', f'"192.168.101.{octet}"'
-        ),
-        reset=True,
-    )
+    node_gid_tables(root, NODES[node], reset=True)
     for netdev in (RAIL0, RAIL1):
         base = root / "class" / "net" / netdev
         for name, value in (("operstate", "up"), ("carrier", "1"), ("mtu", "9000")):
@@ -94,21 +91,11 @@ def inventory(tmp_path: Path, **worker: Any) -> str:
     (tmp_path / "gx10-a" / "nccl.env").write_text(
         "# Managed by Ansible\nNCCL_IB_HCA=rocep1s0f0,roceP2p1s0f0\nNCCL_IB_GID_INDEX=3\n"
     )
-    document = {
-        "all": {
-            "hosts": {"localhost": {}},
-            "children": {
-                "gx10": {
-                    "children": {
-                        "head": {"hosts": {"gx10-a": hosts["gx10-a"]}},
-                        "workers": {"hosts": {"gx10-b": hosts["gx10-b"]}},
-                    },
-                    "vars": {"vllm_serve_container_name": "gx10-doctor-test-no-such-container"},
-                }
-            },
-            "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
-        }
-    }
+    document = two_node_inventory(
+        hosts["gx10-a"],
+        hosts["gx10-b"],
+        {"vllm_serve_container_name": "gx10-doctor-test-no-such-container"},
+    )
     path = tmp_path / "hosts.yml"
     path.write_text(yaml.safe_dump(document), encoding="utf-8")
     return str(path)

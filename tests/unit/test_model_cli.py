@@ -2,35 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import fake_hub
 import pytest
 import tiny_repo
+from cli_helpers import invoke
 
-from gx10.cli import main
 from gx10.model import load_manifest
 
 SHARD = "model-00002-of-00002.safetensors"
-
-
-@dataclass(frozen=True)
-class Invocation:
-    code: int
-    stdout: str
-    stderr: str
-
-
-def invoke(argv: list[str]) -> Invocation:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return Invocation(code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ one node's GID entries, which the next run must pick up.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -18,12 +17,19 @@ from typing import Any
 
 import pytest
 import yaml
+from simulators import RECORDING, node_gid_tables
 
 from gx10.lab.simulators.rdma_sysfs import sync
 
 ROOT = Path(__file__).resolve().parents[2]
-ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
-RECORDING = ROOT / "tests" / "fixtures" / "ip-addr" / "1-rail-ipv4.json"
+sys.path.insert(0, str(ROOT / "collections"))  # the shared localhost playbook runner
+
+from ansible_collections.gx10.cluster.tests.unit.localhost_playbook import (  # noqa: E402
+    ANSIBLE_PLAYBOOK,
+    run_ansible_playbook,
+    two_node_inventory,
+)
+
 NODES = {"gx10-a": "10", "gx10-b": "11"}
 
 pytestmark = pytest.mark.skipif(
@@ -39,70 +45,23 @@ PLAYBOOK = f"""
 """
 
 
-def node_sysfs(root: Path, host_octet: str, shift: int = 0, *, reset: bool = False) -> None:
-    """The node's GID tables, from the recording with its own rail addresses."""
-    recorded = RECORDING.read_text(encoding="utf-8")
-    sync(
-        str(root),
-        recorded.replace('"192.168.100.10"', f'"192.168.100.{host_octet}"').replace(
-            '"192.168.101.10"', f'"192.168.101.{host_octet}"'
-        ),
-        shift=shift,
-        reset=reset,
-    )
-
-
 def setup(tmp_path: Path, **role_vars: Any) -> Path:
     hosts: dict[str, Any] = {}
     for host, octet in NODES.items():
-        node_sysfs(tmp_path / host / "sys", octet)
+        node_gid_tables(tmp_path / host / "sys", octet)
         hosts[host] = {
             "nccl_env_sysfs_root": str(tmp_path / host / "sys"),
             "nccl_env_file": str(tmp_path / host / "etc" / "gx10" / "nccl.env"),
         }
-    inventory = {
-        "all": {
-            "hosts": {"localhost": {}},
-            "children": {
-                "gx10": {
-                    "children": {
-                        "head": {"hosts": {"gx10-a": hosts["gx10-a"]}},
-                        "workers": {"hosts": {"gx10-b": hosts["gx10-b"]}},
-                    },
-                    "vars": role_vars,
-                }
-            },
-            "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
-        }
-    }
+    inventory = two_node_inventory(hosts["gx10-a"], hosts["gx10-b"], role_vars)
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory), encoding="utf-8")
     (tmp_path / "play.yml").write_text(PLAYBOOK, encoding="utf-8")
     return tmp_path
 
 
 def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_FORCE_COLOR": "0",
-        "PATH": f"{ANSIBLE_PLAYBOOK.parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    return subprocess.run(
-        [
-            str(ANSIBLE_PLAYBOOK),
-            "-i",
-            str(tmp_path / "hosts.yml"),
-            str(tmp_path / "play.yml"),
-            *args,
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
+    return run_ansible_playbook(
+        tmp_path, tmp_path / "hosts.yml", tmp_path / "play.yml", *args, timeout=180
     )
 
 
@@ -140,7 +99,7 @@ def test_check_converge_idempotent_and_follows_a_gid_shift(tmp_path: Path) -> No
     assert changed(second.stdout, "gx10-a") == changed(second.stdout, "gx10-b") == 0
 
     # A swap that leaves stale slots in front: the worker's entries move to 5 (v1) and 6 (v2).
-    node_sysfs(tmp_path / "gx10-b" / "sys", NODES["gx10-b"], shift=5, reset=True)
+    node_gid_tables(tmp_path / "gx10-b" / "sys", NODES["gx10-b"], shift=5, reset=True)
     third = run(tmp_path)
     assert third.returncode == 0, third.stdout + third.stderr
     assert changed(third.stdout, "gx10-a") == 0

@@ -8,35 +8,22 @@ as /usr/bin/nvidia-smi in the lab containers), so it is loaded from its file.
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import os
 import re
-import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from simulators import assert_standalone_script, load_simulator, simulator_path
 
 ROOT = Path(__file__).resolve().parents[2]
-SIM_PATH = ROOT / "python" / "gx10" / "lab" / "simulators" / "nvidia_smi.py"
+SIM_PATH = simulator_path("nvidia_smi")
 FIXTURES = Path(os.environ.get("GX10_NVIDIA_SMI_FIXTURES", ROOT / "tests/fixtures/nvidia-smi/h200"))
 
 
-def _load_simulator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gx10_nvidia_smi_sim", SIM_PATH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-sim = _load_simulator()
+sim = load_simulator("nvidia_smi")
 
 # The captures ship with the repo (tests/fixtures); a missing copy is an error, not a skip.
 
@@ -586,16 +573,7 @@ def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_the_script_runs_standalone_on_the_standard_library(sim_env: Path) -> None:
-    source = SIM_PATH.read_text(encoding="utf-8")
-    assert source.startswith("#!/usr/bin/python3\n")
-    assert SIM_PATH.stat().st_mode & stat.S_IXUSR, "installed by symlink, so it must be executable"
-    imported = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            imported |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imported.add(node.module.split(".")[0])
-    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+    assert_standalone_script(SIM_PATH)
 
     result = subprocess.run(
         [sys.executable, str(SIM_PATH), "-L"],

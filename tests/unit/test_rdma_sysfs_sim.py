@@ -7,14 +7,13 @@ simulator and the resolver agree on the layout.
 
 from __future__ import annotations
 
-import ast
 import os
-import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from simulators import assert_standalone_script, simulator_path
 
 from gx10.lab.simulators import rdma_sysfs
 from gx10.lab.simulators.rdma_sysfs import ROCE_V1, ROCE_V2, ZERO_GID, Slot, sync
@@ -24,7 +23,7 @@ sys.path.insert(0, str(ROOT / "collections"))  # the collection's resolver, as i
 
 from ansible_collections.gx10.cluster.plugins.module_utils import roce_gid  # noqa: E402
 
-SIM_PATH = ROOT / "python" / "gx10" / "lab" / "simulators" / "rdma_sysfs.py"
+SIM_PATH = simulator_path("rdma_sysfs")
 RECORDINGS = ROOT / "tests" / "fixtures" / "ip-addr"
 RAIL0, RAIL1 = "enp1s0f0np0", "enP2p1s0f0np0"
 DEV0, DEV1 = "rocep1s0f0", "roceP2p1s0f0"
@@ -266,16 +265,7 @@ def test_bad_map_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_the_script_runs_standalone_on_the_standard_library(tmp_path: Path) -> None:
-    source = SIM_PATH.read_text(encoding="utf-8")
-    assert source.startswith("#!/usr/bin/python3\n")
-    assert SIM_PATH.stat().st_mode & stat.S_IXUSR
-    imported = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            imported |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imported.add(node.module.split(".")[0])
-    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+    assert_standalone_script(SIM_PATH)
 
     (tmp_path / "control").mkdir()
     (tmp_path / "control" / "shift").write_text("5\n")

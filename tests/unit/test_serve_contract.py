@@ -6,14 +6,13 @@ Ties three things together: the vllm_serve role's defaults, the argument builder
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
+from simulators import load_simulator
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "collections"))
@@ -21,17 +20,6 @@ sys.path.insert(0, str(ROOT / "collections"))
 from ansible_collections.gx10.cluster.plugins.module_utils.vllm_args import (  # noqa: E402
     build_args,
 )
-
-
-def _sim() -> ModuleType:
-    path = ROOT / "python/gx10/lab/simulators/vllm_sim.py"
-    spec = importlib.util.spec_from_file_location("gx10_vllm_sim_contract", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _settings(rank: int) -> dict[str, Any]:
@@ -68,7 +56,7 @@ def _settings(rank: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_role_defaults_parse_as_vllm_serve_arguments(rank: int) -> None:
-    sim = _sim()
+    sim = load_simulator("vllm_sim", "gx10_vllm_sim_contract")
     args = build_args(_settings(rank))
     ns = sim.parse_args(args)
     assert ns.tensor_parallel_size == 2

@@ -8,7 +8,6 @@ ends. Pure pieces (NCCL env checks, tokenizer, tool-call extraction) are tested 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import re
@@ -22,17 +21,17 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import openai
 import pytest
 from openai import OpenAI
+from simulators import load_simulator, simulator_path
 
 from gx10 import smoke
 
 ROOT = Path(__file__).resolve().parents[2]
-SIM_PATH = ROOT / "python" / "gx10" / "lab" / "simulators" / "vllm_sim.py"
+SIM_PATH = simulator_path("vllm_sim")
 
 API_KEY = "lab-secret"
 SERVED = "ds4-flash"
@@ -54,17 +53,7 @@ WEATHER_TOOL = {
 }
 
 
-def _load_simulator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gx10_vllm_sim", SIM_PATH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-sim = _load_simulator()
+sim = load_simulator("vllm_sim")
 
 
 # --------------------------------------------------------------------------------------------

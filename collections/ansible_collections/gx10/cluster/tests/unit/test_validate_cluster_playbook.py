@@ -6,16 +6,18 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-# tests/unit -> tests -> cluster -> gx10 -> ansible_collections -> collections -> repository
-REPO_ROOT = Path(__file__).resolve().parents[6]
-ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
+from ansible_collections.gx10.cluster.tests.unit.localhost_playbook import (
+    ANSIBLE_PLAYBOOK,
+    REPO_ROOT,
+    run_ansible_playbook,
+    two_node_inventory,
+)
 
 pytestmark = pytest.mark.skipif(
     not ANSIBLE_PLAYBOOK.exists() or not (REPO_ROOT / "ansible.cfg").exists(),
@@ -68,24 +70,9 @@ PLAYBOOK = """
 
 
 def inventory(node_vars: dict[str, dict[str, Any]], **cluster_vars: Any) -> dict[str, Any]:
-    return {
-        "all": {
-            "hosts": {"localhost": {}},
-            "children": {
-                "gx10": {
-                    "children": {
-                        "head": {"hosts": {"gx10-a": node_vars.get("gx10-a", {})}},
-                        "workers": {"hosts": {"gx10-b": node_vars.get("gx10-b", {})}},
-                    },
-                    "vars": cluster_vars,
-                },
-            },
-            "vars": {
-                "ansible_connection": "local",
-                "ansible_python_interpreter": sys.executable,
-            },
-        }
-    }
+    return two_node_inventory(
+        node_vars.get("gx10-a", {}), node_vars.get("gx10-b", {}), cluster_vars
+    )
 
 
 def run_playbook(
@@ -93,22 +80,8 @@ def run_playbook(
 ) -> subprocess.CompletedProcess[str]:
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory_data), encoding="utf-8")
     (tmp_path / "site.yml").write_text(PLAYBOOK, encoding="utf-8")
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_FORCE_COLOR": "0",
-        "PATH": f"{ANSIBLE_PLAYBOOK.parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    return subprocess.run(
-        [str(ANSIBLE_PLAYBOOK), "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "site.yml")],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    return run_ansible_playbook(
+        tmp_path, tmp_path / "hosts.yml", tmp_path / "site.yml", timeout=120
     )
 
 

@@ -1,0 +1,67 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Real ansible-playbook runs on localhost: a two-node inventory (connection local) and the run.
+
+Shared by the collection's playbook tests and the repository's role tests (tests/unit), which put
+`collections/` on sys.path and import it as
+``ansible_collections.gx10.cluster.tests.unit.localhost_playbook``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+# tests/unit -> tests -> cluster -> gx10 -> ansible_collections -> collections -> repository
+REPO_ROOT = Path(__file__).resolve().parents[6]
+ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
+
+
+def two_node_inventory(
+    head: Mapping[str, Any], worker: Mapping[str, Any], cluster_vars: Mapping[str, Any]
+) -> dict[str, Any]:
+    """localhost plus the gx10 group (head gx10-a, worker gx10-b), all on connection local."""
+    return {
+        "all": {
+            "hosts": {"localhost": {}},
+            "children": {
+                "gx10": {
+                    "children": {
+                        "head": {"hosts": {"gx10-a": dict(head)}},
+                        "workers": {"hosts": {"gx10-b": dict(worker)}},
+                    },
+                    "vars": dict(cluster_vars),
+                },
+            },
+            "vars": {
+                "ansible_connection": "local",
+                "ansible_python_interpreter": sys.executable,
+            },
+        }
+    }
+
+
+def run_ansible_playbook(
+    tmp_path: Path, inventory: Path, playbook: Path, *args: str, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook from the repository root with its ansible.cfg, no colour, never raising."""
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "PATH": f"{ANSIBLE_PLAYBOOK.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    return subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), str(playbook), *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
