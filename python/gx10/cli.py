@@ -26,6 +26,7 @@ from rich.console import Console
 
 from gx10 import __version__, smoke
 from gx10 import status as cluster_status
+from gx10.bench.cli import add_parser as _add_bench
 from gx10.doctor import collect as doctor_collect
 from gx10.doctor import diagnose, findings_json, has_errors, print_findings
 from gx10.errors import Gx10Error
@@ -561,7 +562,7 @@ def _run_smoke(args: argparse.Namespace) -> int:
 _SUBCOMMANDS: tuple[
     Callable[[argparse._SubParsersAction[_Parser], _Parser], None],
     ...,
-] = (_add_provision, _add_lab, _add_model, _add_doctor, _add_status, _add_smoke)
+] = (_add_provision, _add_lab, _add_model, _add_doctor, _add_status, _add_smoke, _add_bench)
 
 
 if __name__ == "__main__":

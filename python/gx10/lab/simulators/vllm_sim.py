@@ -24,9 +24,21 @@ Environment (sim-only knobs are GX10_SIM_*; the others are read as the real stac
   GX10_SIM_RENDEZVOUS_TIMEOUT  seconds both sides wait for each other (default 600, torch's default)
   GX10_SIM_SYSFS_ROOT          sysfs to read net and infiniband devices from (default /sys)
   GX10_SIM_GPUS_PER_NODE       visible GPUs per node (default 1, one GB10)
-  GX10_SIM_TIME_SCALE          factor on simulated prefill/decode delays (default 1; 0 = instant)
+  GX10_SIM_TIME_SCALE          factor on simulated prefill/decode delays (default 1; 0 = instant).
+                               Rates are modelled in simulated seconds: at scale S a wall second
+                               is 1/S simulated seconds. /metrics exports the scale
+                               (gx10_sim_info{time_scale=...}) so a client can convert; client
+                               overheads grow by 1/S in simulated time, so measure rates at 1.
   GX10_SIM_HEARTBEAT_SECONDS   head/worker heartbeat period (default 1)
-  GX10_SIM_PERF_MODEL          name of the timing model in PERF_MODELS (default "simple")
+  GX10_SIM_PERF_MODEL          name of the timing model in PERF_MODELS (default "reference",
+                               calibrated to FIELD_NOTES section 5; "simple" is the old one)
+  GX10_SIM_STATE_DIR           the nvidia-smi simulator's state directory: its `locked_clocks`
+                               ("MIN,MAX" MHz, written by -lgc) caps the SM clock the timing
+                               model sees (default /var/lib/gx10-sim/nvidia-smi)
+  GX10_SIM_SM_CLOCK_MHZ        SM clock cap when no locked_clocks file exists (default unlocked)
+  GX10_SIM_PREFIX_CACHE_TOKENS tokens the prefix cache remembers, least recently used out
+                               (default 2097152; the cache follows --enable-prefix-caching,
+                               on by default as in vLLM V1, in blocks of --block-size, default 16)
   GX10_SIM_SPEC_ACCEPTANCE     draft token acceptance rate for speculative decoding (default 0.85)
   GX10_SIM_SEED                seed mixed into every generation (default 0)
   GX10_SIM_VLLM_VERSION        version string to report (default 0.11.1+gx10sim)
@@ -46,7 +58,9 @@ import contextlib
 import errno
 import hashlib
 import ipaddress
+import itertools
 import json
+import math
 import os
 import queue
 import random
@@ -59,6 +73,7 @@ import threading
 import time
 import uuid
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -179,7 +194,10 @@ class SimEnv:
     time_scale: float = 1.0
     heartbeat_seconds: float = 1.0
     execute_model_timeout: float = 300.0
-    perf_model: str = "simple"
+    perf_model: str = "reference"
+    state_dir: Path = Path("/var/lib/gx10-sim/nvidia-smi")
+    sm_clock_mhz: float | None = None
+    prefix_cache_tokens: int = 2_097_152
     spec_acceptance: float = 0.85
     seed: int = 0
     version: str = DEFAULT_VERSION
@@ -201,7 +219,12 @@ class SimEnv:
             execute_model_timeout=max(
                 _float_env(env, "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", 300.0), 0.0
             ),
-            perf_model=env.get("GX10_SIM_PERF_MODEL") or "simple",
+            perf_model=env.get("GX10_SIM_PERF_MODEL") or DEFAULT_PERF_MODEL,
+            state_dir=Path(env.get("GX10_SIM_STATE_DIR") or "/var/lib/gx10-sim/nvidia-smi"),
+            sm_clock_mhz=_float_env(env, "GX10_SIM_SM_CLOCK_MHZ", 0.0) or None,
+            prefix_cache_tokens=max(
+                int(_float_env(env, "GX10_SIM_PREFIX_CACHE_TOKENS", 2_097_152)), 0
+            ),
             spec_acceptance=min(max(_float_env(env, "GX10_SIM_SPEC_ACCEPTANCE", 0.85), 0.0), 1.0),
             seed=int(_float_env(env, "GX10_SIM_SEED", 0)),
             version=env.get("GX10_SIM_VLLM_VERSION") or DEFAULT_VERSION,
@@ -1122,10 +1145,16 @@ class PerfModel:
     The default is simple and smooth; a calibrated model subclasses this and registers in
     PERF_MODELS (selected with GX10_SIM_PERF_MODEL). `concurrency` is the number of requests
     running at once, `context` the tokens in the sequence so far.
+
+    The engine calls `prefill_seconds` and `decode_rate`, which add what the simple model leaves
+    out (prefix-cache hits, the SM clock cap, sessions decoding while a prompt is prefilled);
+    their defaults fall back to `ttft` and `decode_tps`, so a model may override either layer.
+    With `serial_prefill` the engine prefills one prompt at a time (first come, first served).
     """
 
     prefill_tps = 1800.0
     decode_tps_single = 55.0
+    serial_prefill = False
 
     def ttft(self, prompt_tokens: int, concurrency: int) -> float:
         return 0.05 + prompt_tokens / self.prefill_tps * (1.0 + 0.1 * max(concurrency - 1, 0))
@@ -1134,8 +1163,201 @@ class PerfModel:
         per_session = self.decode_tps_single / (1.0 + 0.15 * max(concurrency - 1, 0))
         return per_session * (1.0 - 0.15 * min(context / 1_048_576, 1.0))
 
+    def prefill_seconds(
+        self,
+        prompt_tokens: int,
+        cached_tokens: int,
+        concurrency: int,
+        decoding: int,
+        clock_mhz: float | None,
+    ) -> float:
+        """Seconds from admission to the first token; cached tokens cost nothing here."""
+        return self.ttft(max(prompt_tokens - cached_tokens, 1), concurrency)
 
-PERF_MODELS: dict[str, Callable[[], PerfModel]] = {"simple": PerfModel}
+    def decode_rate(self, context: int, concurrency: int, clock_mhz: float | None) -> float:
+        """Tokens per second of one session (speculative steps included)."""
+        return self.decode_tps(context, concurrency)
+
+
+def _interpolate_log2(points: Sequence[tuple[float, float]], x: float) -> float:
+    """Piecewise linear in log2(x) through `points` (sorted by x), flat outside them."""
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
+        if x <= x1:
+            t = (math.log2(x) - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
+            return y0 + t * (y1 - y0)
+    return points[-1][1]
+
+
+def _interpolate(points: Sequence[tuple[float, float]], x: float) -> float:
+    """Piecewise linear through `points` (sorted by x), flat outside them."""
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
+        if x <= x1:
+            return y0 + (x - x0) / (x1 - x0) * (y1 - y0)
+    return points[-1][1]
+
+
+class ReferencePerfModel(PerfModel):
+    """Calibrated to the reference deployment (FIELD_NOTES section 5), unlocked clocks.
+
+    - Prefill (one prompt at a time): the single-stream table's prefill rates, interpolated in
+      log2(prompt); TTFT = uncached prompt tokens / rate, so prefill tok/s = prompt / TTFT
+      reproduces the table (1,744 at 256, 1,860-1,980 at 4k-32k, 944 at 512k). Every session
+      decoding meanwhile slows it by PREFILL_DECODE_DRAG (chunked prefill shares the steps;
+      fitted to the TTFTs of the 2,048 and 8,192 concurrency cases).
+    - Decode per session: 56.1 tok/s at 256 tokens of context down to 45.9 at 512k (quadratic in
+      log2(context)), times the concurrency table's per-session ratio (49.8 -> 19.2 from 1 to 12
+      streams, relative to its own single stream; aggregate x4.6 at 12, "x4.5" in the notes).
+      The concurrency table's single stream (49.8) ran 11% below the context sweep's (56.1):
+      the model keeps the context sweep's absolute rates and the concurrency table's ratios.
+      Beyond 12 running sessions the aggregate stays flat.
+    - SM clock: the real clock saturates at REAL_CLOCK_MAX_MHZ; prefill scales with
+      min(clock, 2400) / 2400, decode with (clock / 2480) ** 0.23 (caps 2000 -> 2800, +40%,
+      gave +5%).
+    """
+
+    serial_prefill = True
+    REAL_CLOCK_MAX_MHZ = 2480.0
+    PREFILL_CLOCK_KNEE_MHZ = 2400.0
+    # Caps 2000 -> 2800 (+40%) gave +5% decode; the real clock stops near 2480, so +5% spans
+    # 2000 -> 2480 MHz of real clock.
+    DECODE_CLOCK_EXPONENT = math.log(1.05) / math.log(REAL_CLOCK_MAX_MHZ / 2000.0)
+    PREFILL_DECODE_DRAG = 0.05
+    PREFILL = (
+        (256, 1744.0),
+        (1024, 1306.0),
+        (4096, 1933.0),
+        (8192, 1946.0),
+        (16384, 1980.0),
+        (32768, 1860.0),
+        (65536, 1749.0),
+        (131072, 1553.0),
+        (262144, 1233.0),
+        (524288, 944.0),
+    )
+    DECODE_SHORT, DECODE_LONG = 56.1, 45.9
+    DECODE_SHORT_CONTEXT, DECODE_LONG_CONTEXT = 256, 524288
+    # Per-session decode / single-stream decode, prompt 256, MAX_NUM_SEQS=12. The table's 10-stream
+    # point (19.0, below its 12-stream 19.2) is left out so the curve stays monotonic.
+    SESSION_SCALE = (
+        (1, 1.0),
+        (2, 46.9 / 49.8),
+        (4, 30.0 / 49.8),
+        (6, 25.1 / 49.8),
+        (8, 22.6 / 49.8),
+        (12, 19.2 / 49.8),
+    )
+
+    def clock_factors(self, clock_mhz: float | None) -> tuple[float, float]:
+        """(prefill, decode) multipliers for an SM clock cap; None = unlocked."""
+        real = self.REAL_CLOCK_MAX_MHZ if clock_mhz is None else min(clock_mhz, 1e9)
+        real = max(min(real, self.REAL_CLOCK_MAX_MHZ), 1.0)
+        prefill = min(real, self.PREFILL_CLOCK_KNEE_MHZ) / self.PREFILL_CLOCK_KNEE_MHZ
+        decode = (real / self.REAL_CLOCK_MAX_MHZ) ** self.DECODE_CLOCK_EXPONENT
+        return prefill, decode
+
+    def prefill_rate(self, prompt_tokens: int, clock_mhz: float | None = None) -> float:
+        return (
+            _interpolate_log2(self.PREFILL, max(prompt_tokens, 1))
+            * self.clock_factors(clock_mhz)[0]
+        )
+
+    def session_scale(self, concurrency: int) -> float:
+        top, top_scale = self.SESSION_SCALE[-1]
+        if concurrency > top:
+            return top_scale * top / concurrency
+        return _interpolate(self.SESSION_SCALE, max(concurrency, 1))
+
+    def single_decode(self, context: int) -> float:
+        span = math.log2(self.DECODE_LONG_CONTEXT / self.DECODE_SHORT_CONTEXT)
+        where = math.log2(max(context, self.DECODE_SHORT_CONTEXT) / self.DECODE_SHORT_CONTEXT)
+        frac = min(where / span, 1.0)
+        return self.DECODE_SHORT - (self.DECODE_SHORT - self.DECODE_LONG) * frac * frac
+
+    def ttft(self, prompt_tokens: int, concurrency: int) -> float:
+        return prompt_tokens / self.prefill_rate(prompt_tokens)
+
+    def decode_tps(self, context: int, concurrency: int) -> float:
+        return self.decode_rate(context, concurrency, None)
+
+    def prefill_seconds(
+        self,
+        prompt_tokens: int,
+        cached_tokens: int,
+        concurrency: int,
+        decoding: int,
+        clock_mhz: float | None,
+    ) -> float:
+        # The rate is the one of the whole prompt's length (attention over all of it).
+        work = max(prompt_tokens - cached_tokens, 1)
+        drag = 1.0 + self.PREFILL_DECODE_DRAG * max(decoding, 0)
+        return work / self.prefill_rate(prompt_tokens, clock_mhz) * drag
+
+    def decode_rate(self, context: int, concurrency: int, clock_mhz: float | None) -> float:
+        decode = self.clock_factors(clock_mhz)[1]
+        return self.single_decode(context) * self.session_scale(concurrency) * decode
+
+
+PERF_MODELS: dict[str, Callable[[], PerfModel]] = {
+    "simple": PerfModel,
+    "reference": ReferencePerfModel,
+}
+DEFAULT_PERF_MODEL = "reference"
+
+
+def predict_case(
+    perf: PerfModel,
+    prompt_tokens: int,
+    concurrency: int,
+    output_tokens: int,
+    *,
+    max_num_seqs: int,
+    clock_mhz: float | None = None,
+) -> list[tuple[float, float]]:
+    """(first token, end) per request, in simulated seconds, for `concurrency` requests sent
+    together with unique prompts, each generating exactly `output_tokens` one token per step.
+
+    Mirrors the engine: admission up to max_num_seqs, prefill one prompt at a time when the model
+    says so (first come, first served), the first token at the end of prefill, then each token
+    timed with the running count when the previous one left. Used to check the bench harness.
+    """
+    waiting = list(range(concurrency))
+    running = 0
+    prefill_queue: list[int] = []
+    prefilling: list[tuple[float, int]] = []  # (end, request)
+    sessions: dict[int, tuple[int, float]] = {}  # request -> (tokens produced, next token at)
+    first: dict[int, float] = {}
+    out: dict[int, tuple[float, float]] = {}
+    now = 0.0
+    while len(out) < concurrency:
+        while waiting and running < max_num_seqs:
+            prefill_queue.append(waiting.pop(0))
+            running += 1
+        limit = 1 if perf.serial_prefill else len(prefill_queue) + len(prefilling)
+        while prefill_queue and len(prefilling) < limit:
+            request = prefill_queue.pop(0)
+            seconds = perf.prefill_seconds(prompt_tokens, 0, running, len(sessions), clock_mhz)
+            prefilling.append((now + seconds, request))
+        events = [(end, "prefill", r) for end, r in prefilling]
+        events += [(at, "token", r) for r, (_, at) in sessions.items()]
+        now, kind, request = min(events)
+        if kind == "prefill":
+            prefilling.remove((now, request))
+            first[request] = now
+            produced = 1
+        else:
+            produced = sessions.pop(request)[0] + 1
+        if produced >= output_tokens:
+            sessions.pop(request, None)
+            out[request] = (first[request], now)
+            running -= 1
+            continue
+        rate = perf.decode_rate(prompt_tokens + produced + 1, running, clock_mhz)
+        sessions[request] = (produced, now + 1.0 / max(rate, 1e-6))
+    return [out[r] for r in range(concurrency)]
 
 
 def _split(text: str) -> tuple[str, ...]:
@@ -1365,14 +1587,67 @@ class Counters:
     spec_accepted: int = 0
     spec_accepted_per_pos: list[int] = field(default_factory=list)
     prefix_queries: int = 0
+    prefix_hits: int = 0
     ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
     e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
+
+
+class PrefixCache:
+    """vLLM's automatic prefix caching, reduced to what timing needs: block hashes chained from
+    the start of the prompt (a block only matches if every block before it matched), least
+    recently used blocks evicted first."""
+
+    def __init__(self, capacity_blocks: int) -> None:
+        self.capacity = capacity_blocks
+        self.blocks: OrderedDict[str, None] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def match(self, hashes: Sequence[str]) -> int:
+        """How many leading blocks of `hashes` are cached (and mark them recently used)."""
+        hits = 0
+        with self.lock:
+            for digest in hashes:
+                if digest not in self.blocks:
+                    break
+                self.blocks.move_to_end(digest)
+                hits += 1
+        return hits
+
+    def insert(self, hashes: Sequence[str]) -> None:
+        if self.capacity <= 0:
+            return
+        with self.lock:
+            for digest in hashes:
+                self.blocks[digest] = None
+                self.blocks.move_to_end(digest)
+            while len(self.blocks) > self.capacity:
+                self.blocks.popitem(last=False)
+
+
+def block_hashes(pieces: Sequence[str], block_size: int) -> tuple[str, ...]:
+    """Chained hashes of the prompt's full blocks of `block_size` tokens."""
+    out: list[str] = []
+    parent = b""
+    for start in range(0, len(pieces) - block_size + 1, block_size):
+        block = "\x00".join(pieces[start : start + block_size]).encode("utf-8")
+        parent = hashlib.blake2b(parent + block, digest_size=16).digest()
+        out.append(parent.hex())
+    return tuple(out)
 
 
 class Engine:
     """Shared state of the head's engine: slots, counters, and the peer/engine health."""
 
-    def __init__(self, env: SimEnv, max_num_seqs: int, spec_tokens: int, log: Log) -> None:
+    def __init__(
+        self,
+        env: SimEnv,
+        max_num_seqs: int,
+        spec_tokens: int,
+        log: Log,
+        *,
+        block_size: int = 16,
+        prefix_caching: bool = True,
+    ) -> None:
         self.env = env
         self.max_num_seqs = max_num_seqs
         self.spec_tokens = spec_tokens
@@ -1381,6 +1656,12 @@ class Engine:
         self.cond = threading.Condition()
         self.running = 0
         self.waiting = 0
+        self.decoding = 0
+        self.block_size = max(block_size, 1)
+        self.prefix_cache = PrefixCache(
+            env.prefix_cache_tokens // self.block_size if prefix_caching else 0
+        )
+        self.prefill_lock = threading.Lock()
         self.counters = Counters(spec_accepted_per_pos=[0] * spec_tokens)
         self.peer_lost = threading.Event()
         self.dead = threading.Event()
@@ -1416,6 +1697,37 @@ class Engine:
             and self.dead.wait(seconds * self.env.time_scale)
         ):
             raise EngineDeadError
+
+    def sleep_until(self, deadline: float) -> None:
+        """Sleep to a monotonic deadline: steps timed this way do not accumulate oversleep."""
+        if self.peer_lost.is_set() or self.dead.is_set():
+            self.sleep(0.0)
+        remaining = deadline - time.monotonic()
+        if remaining > 0 and self.dead.wait(remaining):
+            raise EngineDeadError
+
+    def clock_cap(self) -> float | None:
+        """The SM clock cap the GPU runs under: nvidia-smi's -lgc state, else the env knob."""
+        try:
+            text = (self.env.state_dir / "locked_clocks").read_text(encoding="utf-8")
+            return float(text.strip().split(",")[-1])
+        except (OSError, ValueError):
+            return self.env.sm_clock_mhz
+
+    def prefill(self, plan: Plan, clock: float | None) -> int:
+        """Time the prompt's prefill (one at a time if the model says so); returns cached tokens."""
+        lock = self.prefill_lock if self.perf.serial_prefill else contextlib.nullcontext()
+        with lock:
+            cached = self.prefix_cache.match(plan.block_hashes) * self.block_size
+            cached = min(cached, max(plan.prompt_tokens - 1, 0))
+            with self.cond:
+                self.counters.prefix_hits += cached
+                decoding = self.decoding
+            self.sleep(
+                self.perf.prefill_seconds(plan.prompt_tokens, cached, self.running, decoding, clock)
+            )
+            self.prefix_cache.insert(plan.block_hashes)
+        return cached
 
     def _start_stuck_timer(self) -> None:
         with self.cond:
@@ -1502,6 +1814,7 @@ class Plan:
     answer_tokens: int
     tool_call: ToolCall | None
     ignore_eos: bool
+    block_hashes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -1585,7 +1898,8 @@ class Server:
         kwargs.update(body.get("chat_template_kwargs") or {})
         mode = thinking_enabled(kwargs, body.get("reasoning_effort"))
         prompt = render_chat(messages, tools, mode is not None)
-        prompt_tokens = count_tokens(prompt)
+        pieces = token_pieces(prompt)
+        prompt_tokens = len(pieces)
         max_tokens = self.budget(
             prompt_tokens, body.get("max_completion_tokens", body.get("max_tokens"))
         )
@@ -1596,9 +1910,22 @@ class Server:
             reasoning = max_tokens if mode == "max" else rng.randint(600, 4000)
         answer = rng.randint(24, 160)
         plan = Plan(
-            prompt_tokens, max_tokens, rng, reasoning, answer, call, bool(body.get("ignore_eos"))
+            prompt_tokens,
+            max_tokens,
+            rng,
+            reasoning,
+            answer,
+            call,
+            bool(body.get("ignore_eos")),
+            self._hashes(pieces),
         )
         return plan, mode
+
+    def _hashes(self, pieces: Sequence[str]) -> tuple[str, ...]:
+        engine = self.engine
+        if engine.prefix_cache.capacity <= 0:
+            return ()
+        return block_hashes(pieces, engine.block_size)
 
     def plan_completion(self, body: Mapping[str, Any]) -> Plan:
         prompt = body.get("prompt")
@@ -1606,7 +1933,8 @@ class Server:
             prompt = prompt[0]
         if not isinstance(prompt, str):
             raise ApiError(400, "prompt must be a string (or a list of one string)")
-        prompt_tokens = len(tokenize(prompt, add_special_tokens=True))
+        pieces = [BOS, *token_pieces(prompt)]
+        prompt_tokens = len(pieces)
         max_tokens = self.budget(prompt_tokens, body.get("max_tokens", 16))
         rng = self._rng(prompt, body)
         return Plan(
@@ -1617,22 +1945,41 @@ class Server:
             rng.randint(24, 160),
             None,
             bool(body.get("ignore_eos")),
+            self._hashes(pieces),
         )
 
     def generate(self, plan: Plan) -> Iterator[list[Piece]]:
-        """Steps of output (several tokens per step with speculative decoding), timed."""
+        """Steps of output (several tokens per step with speculative decoding), timed.
+
+        The prefill's forward pass yields the first token; every later step takes its tokens
+        over the model's decode rate for the running count when the step starts, timed against
+        a deadline so that sleeps do not drift.
+        """
         engine = self.engine
-        engine.sleep(engine.perf.ttft(plan.prompt_tokens, engine.running))
+        clock = engine.clock_cap()
+        engine.prefill(plan, clock)
+        with engine.cond:
+            engine.decoding += 1
+        try:
+            yield from self._decode(plan, clock)
+        finally:
+            with engine.cond:
+                engine.decoding -= 1
+
+    def _decode(self, plan: Plan, clock: float | None) -> Iterator[list[Piece]]:
+        engine = self.engine
+        scale = engine.env.time_scale
         budget = plan.max_tokens
         reasoning = plan.max_tokens if plan.ignore_eos else plan.reasoning_tokens
         answer = plan.max_tokens if plan.ignore_eos else plan.answer_tokens
         thoughts = token_stream(plan.rng, REASONING_WORDS)
         words = token_stream(plan.rng, WORDS)
         produced = 0
+        deadline = time.monotonic()
         if plan.tool_call is not None:
             answer = 0
         while produced < budget and (reasoning > 0 or answer > 0):
-            step = min(engine.spec_step(plan.rng), budget - produced)
+            step = 1 if produced == 0 else min(engine.spec_step(plan.rng), budget - produced)
             pieces: list[Piece] = []
             for _ in range(step):
                 if reasoning > 0:
@@ -1641,13 +1988,18 @@ class Server:
                 elif answer > 0:
                     pieces.append(Piece("content", next(words), 1))
                     answer -= 1
+            first = produced == 0
             produced += len(pieces)
-            context = plan.prompt_tokens + produced
-            engine.sleep(len(pieces) / max(engine.perf.decode_tps(context, engine.running), 1e-6))
+            if not first:
+                rate = engine.perf.decode_rate(plan.prompt_tokens + produced, engine.running, clock)
+                deadline += len(pieces) / max(rate, 1e-6) * scale
+                engine.sleep_until(deadline)
             yield pieces
         if plan.tool_call is not None and produced < budget:
             call_tokens = min(count_tokens(plan.tool_call.arguments) + 4, budget - produced)
-            engine.sleep(call_tokens / max(engine.perf.decode_tps(plan.prompt_tokens, 1), 1e-6))
+            rate = engine.perf.decode_rate(plan.prompt_tokens, 1, clock)
+            deadline += call_tokens / max(rate, 1e-6) * scale
+            engine.sleep_until(deadline)
             yield [Piece("tool", plan.tool_call.arguments, call_tokens)]
 
     def finished(
@@ -1732,6 +2084,19 @@ def render_metrics(engine: Engine, model_name: str) -> str:
         usage_perc = min(engine.running / max(engine.max_num_seqs, 1), 1.0) * 0.1
         _metric(
             lines,
+            "gx10_sim_info",
+            "gauge",
+            "The simulator's settings (not a vLLM metric): rates are in simulated seconds.",
+            [
+                (
+                    f'max_num_seqs="{engine.max_num_seqs}",block_size="{engine.block_size}",'
+                    f'time_scale="{engine.env.time_scale}",perf_model="{engine.env.perf_model}"',
+                    1,
+                )
+            ],
+        )
+        _metric(
+            lines,
             "vllm:kv_cache_usage_perc",
             "gauge",
             "KV-cache usage. 1 means 100 percent usage.",
@@ -1749,7 +2114,7 @@ def render_metrics(engine: Engine, model_name: str) -> str:
             "vllm:prefix_cache_hits_total",
             "counter",
             "Prefix cache hits, in terms of number of cached tokens.",
-            [(labels, 0)],
+            [(labels, c.prefix_hits)],
         )
         _metric(
             lines,
@@ -1854,6 +2219,9 @@ class ApiServer(ThreadingHTTPServer):
 
 class ApiHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # uvicorn (asyncio) sets TCP_NODELAY; with Nagle on, each streamed event after the first
+    # would wait for the client's delayed ACK (about 40 ms on Linux) and distort every timing.
+    disable_nagle_algorithm = True
     server_version = "uvicorn"
     server: ApiServer
 
@@ -2485,7 +2853,14 @@ class Head:
         args, env = self.args, self.env
         spec = args.speculative_config or {}
         spec_tokens = int(spec.get("num_speculative_tokens") or 0) if spec else 0
-        engine = Engine(env, args.max_num_seqs or 256, spec_tokens, self.log)
+        engine = Engine(
+            env,
+            args.max_num_seqs or 256,
+            spec_tokens,
+            self.log,
+            block_size=args.block_size or 16,
+            prefix_caching=args.enable_prefix_caching is not False,
+        )
         if self.rendezvous is not None:
             for channel in self.rendezvous.peers.values():
                 channel.on_lost(self._peer_lost(engine))

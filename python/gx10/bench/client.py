@@ -1,0 +1,377 @@
+"""The bench's side of the wire: server limits and counters, exact-length unique prompts, and
+one streamed chat completion timed on the client.
+
+Plain httpx (async) rather than the openai client: the server-sent events are parsed with one
+json.loads per chunk, which keeps the harness's own CPU use small while it drives many streams.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+from gx10.errors import Gx10Error
+
+# Short common words: one token each in most BPE vocabularies (and in the lab simulator's, which
+# cuts letters in pieces of up to 4), so the padding converges in a few /tokenize calls.
+_FILLER_TEXT = (
+    "the of and to in is it you that he was for on are as with his they at be this have from or "
+    "one had by word but not what all were we when your can said use an each she do how if will "
+    "up out many then them so some her make like him into time has look two more go see way "
+    "who oil its now find long down day did get come made may part over new take only work know "
+    "year live me back give most very our just name good man say much line too mean old any "
+    "same tell boy came want show also form set put end does well must big even such"
+)
+FILLER_WORDS = tuple(_FILLER_TEXT.split())
+FILLER_CHUNK = 4096
+NONCE_TRIES = 3
+MAX_PAD_ROUNDS = 16
+METRIC_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+class BenchError(Gx10Error):
+    """The endpoint cannot be benchmarked (unreachable, no model, bad answer)."""
+
+
+class RequestFailed(Exception):
+    """One request failed: an HTTP error, an error event in the stream, or a broken stream."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    root: str  # http://host:port
+    api_key: str = ""
+    model: str | None = None
+
+    @classmethod
+    def parse(cls, url: str, api_key: str = "", model: str | None = None) -> Endpoint:
+        root = url.rstrip("/")
+        root = root.removesuffix("/v1")
+        if not root.startswith(("http://", "https://")):
+            raise BenchError(f"--endpoint {url!r}: expected http://HOST:PORT[/v1]")
+        return cls(root, api_key, model)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    model: str
+    max_model_len: int | None
+    max_num_seqs: int | None
+    time_scale: float | None  # the lab simulator's GX10_SIM_TIME_SCALE (gx10_sim_info)
+    metrics: bool  # /metrics answered
+
+
+def parse_metrics(text: str) -> tuple[dict[str, float], dict[str, dict[str, str]]]:
+    """Prometheus text: values summed over label sets, and the labels of each `*_info` metric."""
+    values: dict[str, float] = {}
+    info: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = METRIC_LINE.match(line)
+        if match is None:
+            continue
+        name, labels, raw = match.groups()
+        try:
+            value = float(raw)
+        except ValueError:
+            continue
+        if math.isfinite(value):
+            values[name] = values.get(name, 0.0) + value
+        if labels and name.endswith("_info"):
+            info.setdefault(name, {}).update(LABEL.findall(labels))
+    return values, info
+
+
+COUNTERS = (
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "vllm:prefix_cache_queries_total",
+    "vllm:prefix_cache_hits_total",
+    "vllm:spec_decode_num_drafts_total",
+    "vllm:spec_decode_num_draft_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total",
+)
+
+
+async def sample_counters(client: httpx.AsyncClient, endpoint: Endpoint) -> dict[str, float]:
+    """The server counters the bench keeps per case ({} when /metrics does not answer)."""
+    try:
+        response = await client.get(f"{endpoint.root}/metrics", headers=endpoint.headers)
+    except httpx.HTTPError:
+        return {}
+    if response.status_code != 200:
+        return {}
+    values, _ = parse_metrics(response.text)
+    return {name: values[name] for name in COUNTERS if name in values}
+
+
+async def server_info(client: httpx.AsyncClient, endpoint: Endpoint) -> ServerInfo:
+    url = f"{endpoint.root}/v1/models"
+    try:
+        response = await client.get(url, headers=endpoint.headers)
+    except httpx.HTTPError as exc:
+        raise BenchError(f"cannot reach {url}: {type(exc).__name__}: {exc}") from exc
+    if response.status_code in (401, 403):
+        raise BenchError(f"{url}: HTTP {response.status_code}: the API key was refused")
+    if response.status_code != 200:
+        raise BenchError(f"{url}: HTTP {response.status_code}: {response.text[:200]}")
+    models = response.json().get("data") or []
+    ids = [str(m.get("id")) for m in models]
+    if not ids:
+        raise BenchError(f"{url}: the server lists no model")
+    name = endpoint.model or ids[0]
+    if name not in ids:
+        raise BenchError(f"model {name!r} is not served; {url} lists {ids}")
+    entry = models[ids.index(name)]
+    max_len = entry.get("max_model_len")
+    max_seqs: int | None = None
+    scale: float | None = None
+    metrics = False
+    try:
+        answer = await client.get(f"{endpoint.root}/metrics", headers=endpoint.headers)
+        metrics = answer.status_code == 200
+    except httpx.HTTPError:
+        pass
+    if metrics:
+        _, info = parse_metrics(answer.text)
+        for labels in info.values():
+            if "max_num_seqs" in labels:
+                max_seqs = int(float(labels["max_num_seqs"]))
+        sim = info.get("gx10_sim_info", {})
+        if "time_scale" in sim:
+            scale = float(sim["time_scale"])
+    return ServerInfo(name, int(max_len) if max_len else None, max_seqs, scale, metrics)
+
+
+# --------------------------------------------------------------------------------------------
+# Prompts: unique, exactly N tokens as the server counts them
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class PromptBuilder:
+    """Pads `nonce + filler words` to an exact prompt token count with the server's /tokenize.
+
+    The nonce opens the prompt, so no prompt shares even its first cache block with another (the
+    prefix cache hashes blocks chained from the start). With `unique=False` every prompt opens
+    the same way: what a careless benchmark does.
+    """
+
+    client: httpx.AsyncClient
+    endpoint: Endpoint
+    model: str
+    template_kwargs: Mapping[str, Any]
+    unique: bool = True
+    words: list[str] = field(default_factory=list)
+    tokens_per_word: float = 1.0
+    last_words: dict[int, int] = field(default_factory=dict)
+    calls: int = 0
+
+    def _filler(self, count: int) -> str:
+        """The first `count` words of one fixed pseudo-random sequence (same in every run)."""
+        while len(self.words) < count:
+            rng = random.Random(len(self.words) // FILLER_CHUNK)
+            self.words += [rng.choice(FILLER_WORDS) for _ in range(FILLER_CHUNK)]
+        return " ".join(self.words[:count])
+
+    def messages(self, nonce: str, words: int) -> list[dict[str, str]]:
+        text = f"Benchmark request {nonce}. Read the notes and summarise them.\n"
+        return [{"role": "user", "content": text + self._filler(words)}]
+
+    async def count(self, messages: list[dict[str, str]]) -> int:
+        self.calls += 1
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "add_generation_prompt": True,
+            "chat_template_kwargs": dict(self.template_kwargs),
+        }
+        try:
+            response = await self.client.post(
+                f"{self.endpoint.root}/tokenize", json=body, headers=self.endpoint.headers
+            )
+        except httpx.HTTPError as exc:
+            raise RequestFailed(f"/tokenize: {type(exc).__name__}: {exc}") from exc
+        if response.status_code != 200:
+            raise RequestFailed(f"/tokenize: HTTP {response.status_code}: {response.text[:200]}")
+        return int(response.json()["count"])
+
+    async def build(self, target: int) -> tuple[list[dict[str, str]], str]:
+        """(messages, nonce) whose chat prompt is exactly `target` tokens.
+
+        Word counts are searched with /tokenize (a secant step, then one word at a time); when
+        one word more overshoots and one less undershoots, another nonce shifts the count.
+        """
+        for attempt in range(NONCE_TRIES):
+            nonce = uuid.uuid4().hex if self.unique else f"{attempt:032d}"
+            found = await self._fit(nonce, target)
+            if found is not None:
+                return self.messages(nonce, found), nonce
+        raise RequestFailed(f"could not pad a prompt to exactly {target} tokens via /tokenize")
+
+    async def _fit(self, nonce: str, target: int) -> int | None:
+        base = await self.count(self.messages(nonce, 0))
+        if base > target:
+            raise RequestFailed(
+                f"prompt length {target} is shorter than the template and nonce ({base} tokens)"
+            )
+        if base == target:
+            return 0
+        words = self.last_words.get(target, round((target - base) / self.tokens_per_word))
+        tried: dict[int, int] = {0: base}
+        for _ in range(MAX_PAD_ROUNDS):
+            words = max(words, 0)
+            have = tried.get(words)
+            if have is None:
+                have = tried[words] = await self.count(self.messages(nonce, words))
+            if have == target:
+                self.last_words[target] = words
+                if words:
+                    self.tokens_per_word = (have - base) / words
+                return words
+            diff = target - have
+            step = round(diff / max(self.tokens_per_word, 0.1)) if abs(diff) > 2 else 0
+            step = step or (1 if diff > 0 else -1)
+            if words + step in tried and (tried[words + step] > target) == (diff > 0):
+                return None  # one word more overshoots, one less undershoots
+            words += step
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# One streamed request
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RequestResult:
+    """Client timestamps are perf_counter seconds; durations are filled in by the case."""
+
+    index: int
+    target_tokens: int
+    nonce: str = ""
+    ok: bool = False
+    error: str = ""
+    status: int | None = None
+    sent: float = 0.0
+    first_token: float | None = None
+    last_token: float | None = None
+    done: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    finish_reason: str | None = None
+    chunks: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def request_body(
+    model: str, messages: list[dict[str, str]], settings: Mapping[str, Any]
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "max_tokens": settings["max_tokens"],
+        "temperature": settings["temperature"],
+        "top_p": settings["top_p"],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "chat_template_kwargs": {"thinking": settings["thinking"]},
+    }
+    if settings.get("ignore_eos"):
+        body["ignore_eos"] = True
+    return body
+
+
+def _has_token(delta: Mapping[str, Any]) -> bool:
+    return bool(
+        delta.get("content")
+        or delta.get("reasoning_content")
+        or delta.get("reasoning")
+        or delta.get("tool_calls")
+    )
+
+
+async def stream_chat(
+    client: httpx.AsyncClient, endpoint: Endpoint, body: Mapping[str, Any], result: RequestResult
+) -> RequestResult:
+    """Send one streamed chat completion; fills `result` (ok, or the error and when it came)."""
+    clock = time.perf_counter
+    result.sent = clock()
+    try:
+        async with client.stream(
+            "POST", f"{endpoint.root}/v1/chat/completions", json=body, headers=endpoint.headers
+        ) as response:
+            result.status = response.status_code
+            if response.status_code != 200:
+                text = (await response.aread()).decode(errors="replace")
+                raise RequestFailed(f"HTTP {response.status_code}: {_error_message(text)}")
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    result.done = clock()
+                    break
+                now = clock()
+                chunk = json.loads(payload)
+                if "error" in chunk:
+                    raise RequestFailed(f"error event: {_error_message(payload)}")
+                for choice in chunk.get("choices") or ():
+                    if _has_token(choice.get("delta") or {}):
+                        result.chunks += 1
+                        if result.first_token is None:
+                            result.first_token = now
+                        result.last_token = now
+                    if choice.get("finish_reason"):
+                        result.finish_reason = choice["finish_reason"]
+                usage = chunk.get("usage")
+                if usage:
+                    result.prompt_tokens = usage.get("prompt_tokens")
+                    result.completion_tokens = usage.get("completion_tokens")
+                    details = usage.get("prompt_tokens_details") or {}
+                    result.cached_tokens = details.get("cached_tokens")
+        if result.done is None:
+            raise RequestFailed("the stream ended without [DONE]")
+        if result.completion_tokens is None:
+            raise RequestFailed("the stream carried no usage (stream_options.include_usage)")
+        if result.first_token is None:
+            raise RequestFailed("the stream carried no token")
+        result.ok = True
+    except RequestFailed as exc:
+        result.error = str(exc)
+    except (httpx.HTTPError, json.JSONDecodeError) as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    if result.done is None:
+        result.done = clock()
+    return result
+
+
+def _error_message(text: str) -> str:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return text[:300]
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict):
+        return str(error.get("message"))[:300]
+    if isinstance(data, dict) and "message" in data:
+        return str(data["message"])[:300]
+    return text[:300]

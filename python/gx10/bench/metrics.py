@@ -1,0 +1,153 @@
+"""Figures from timestamps: per request, per case, and the cache-hit flags across cases.
+
+Definitions (all durations in seconds; divided by the time scale for the lab simulator):
+- TTFT: first token received - request sent. Prefill tok/s: prompt tokens / TTFT (a prefill
+  rate at one stream; above one stream TTFT also holds the wait behind the other prompts).
+- Per-session decode tok/s: (completion tokens - 1) / (last token - first token), with the token
+  counts from the server's usage (speculative decoding sends several tokens per chunk, so SSE
+  chunks are not tokens). The first token comes out of the prefill, hence the -1 (vLLM's TPOT).
+- Aggregate tok/s: completion tokens of the case's successful requests / case wall time (first
+  request sent to last stream done).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from typing import Any
+
+from gx10.bench.client import RequestResult
+
+PERCENTILES = (50, 90, 99)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default); None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    low = math.floor(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def spread(values: Sequence[float]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {
+        "mean": statistics.fmean(values) if values else None,
+        "min": min(values) if values else None,
+        "max": max(values) if values else None,
+    }
+    for q in PERCENTILES:
+        out[f"p{q}"] = percentile(values, q)
+    return out
+
+
+def request_figures(result: RequestResult, origin: float, scale: float) -> dict[str, Any]:
+    """One request's record: its timestamps relative to the case start, and its rates."""
+    row: dict[str, Any] = result.to_dict()
+    for key in ("sent", "first_token", "last_token", "done"):
+        value = row[key]
+        row[key] = None if value is None else (value - origin) / scale
+    row["ttft_s"] = row["prefill_tps"] = row["decode_tps"] = row["e2e_s"] = None
+    if row["done"] is not None:
+        row["e2e_s"] = row["done"] - row["sent"]
+    if result.ok and row["first_token"] is not None:
+        ttft = row["first_token"] - row["sent"]
+        row["ttft_s"] = ttft
+        if result.prompt_tokens and ttft > 0:
+            row["prefill_tps"] = result.prompt_tokens / ttft
+        decode = (row["last_token"] or 0.0) - row["first_token"]
+        if result.completion_tokens and result.completion_tokens > 1 and decode > 0:
+            row["decode_tps"] = (result.completion_tokens - 1) / decode
+    return row
+
+
+def case_figures(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A case's figures from its request records (see request_figures)."""
+    ok = [r for r in rows if r["ok"]]
+    sent = [r["sent"] for r in rows if r["sent"] is not None]
+    done = [r["done"] for r in rows if r["done"] is not None]
+    wall = (max(done) - min(sent)) if sent and done else None
+    completion = sum(int(r["completion_tokens"] or 0) for r in ok)
+    return {
+        "requests": len(rows),
+        "requests_ok": len(ok),
+        "wall_s": wall,
+        "completion_tokens": completion,
+        "prompt_tokens_ok": sum(int(r["prompt_tokens"] or 0) for r in ok),
+        "aggregate_tps": completion / wall if wall and ok else None,
+        "ttft_s": spread([r["ttft_s"] for r in ok if r["ttft_s"] is not None]),
+        "prefill_tps": spread([r["prefill_tps"] for r in ok if r["prefill_tps"] is not None]),
+        "decode_tps": spread([r["decode_tps"] for r in ok if r["decode_tps"] is not None]),
+    }
+
+
+def counter_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    delta = {k: after[k] - before[k] for k in after if k in before}
+    drafts = delta.get("vllm:spec_decode_num_draft_tokens_total")
+    accepted = delta.get("vllm:spec_decode_num_accepted_tokens_total")
+    if drafts and accepted is not None:
+        delta["spec_acceptance_rate"] = accepted / drafts
+    return delta
+
+
+def _prefill(case: Mapping[str, Any], stat: str = "p50") -> float | None:
+    value = (case.get("prefill_tps") or {}).get(stat)
+    return float(value) if value is not None else None
+
+
+def flag_cache_hits(
+    cases: Iterable[MutableMapping[str, Any]], factor: float, ceiling: float
+) -> None:
+    """Set `flags` on each case when its prefill figure says "prefix-cache hit":
+
+    - any request's prefill (prompt / TTFT) above `ceiling`;
+    - at one stream, the case's median prefill above `factor` times the median of its neighbours
+      (the next shorter and longer prompts at one stream and the same clock). Above one stream
+      TTFT includes the wait behind the other prompts' prefill, so prompt / TTFT there is not a
+      prefill rate and neighbours legitimately differ several-fold: not compared;
+    - the server counted prefix-cache hits for a tenth of the case's prompt tokens or more.
+    """
+    groups: dict[tuple[Any, Any], list[MutableMapping[str, Any]]] = {}
+    for case in cases:
+        case["flags"] = []
+        groups.setdefault((case["concurrency"], case["clock_cap"]), []).append(case)
+    for (concurrency, _clock), group in groups.items():
+        measured = sorted(
+            (c for c in group if _prefill(c) is not None), key=lambda c: c["prompt_tokens"]
+        )
+        for i, case in enumerate(measured):
+            value = _prefill(case)
+            assert value is not None
+            fastest = _prefill(case, "max") or value
+            if fastest > ceiling:
+                case["flags"].append(
+                    f"probable cache hit: prefill {fastest:,.0f} tok/s is above the ceiling "
+                    f"{ceiling:,.0f}"
+                )
+            if concurrency != 1:
+                continue
+            neighbours = [
+                v
+                for v in (_prefill(c) for c in measured[max(i - 1, 0) : i + 2] if c is not case)
+                if v is not None
+            ]
+            if neighbours:
+                typical = statistics.median(neighbours)
+                if typical > 0 and value > factor * typical:
+                    case["flags"].append(
+                        f"probable cache hit: prefill {value:,.0f} tok/s is "
+                        f"{value / typical:.1f}x its neighbours' {typical:,.0f}"
+                    )
+    for group in groups.values():
+        for case in group:
+            delta = (case.get("server") or {}).get("delta") or {}
+            hits = delta.get("vllm:prefix_cache_hits_total")
+            prompt = case.get("prompt_tokens_sent") or 0
+            if hits and prompt and hits >= 0.1 * prompt:
+                case["flags"].append(
+                    f"probable cache hit: the server counted {hits:,.0f} prefix-cache hit tokens "
+                    f"of {prompt:,} prompt tokens"
+                )

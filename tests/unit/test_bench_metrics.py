@@ -1,0 +1,166 @@
+"""gx10.bench metrics: figures from known timestamps, SSE parsing, percentiles, cache-hit flags."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from gx10.bench.client import Endpoint, RequestResult, parse_metrics, stream_chat
+from gx10.bench.metrics import case_figures, flag_cache_hits, percentile, request_figures
+
+
+def _result(index: int, sent: float, first: float, last: float, done: float, **kw: Any) -> Any:
+    return RequestResult(
+        index, 1000, ok=True, sent=sent, first_token=first, last_token=last, done=done, **kw
+    )
+
+
+def test_figures_from_known_timestamps() -> None:
+    a = _result(0, 100.0, 100.5, 102.5, 102.6, prompt_tokens=1000, completion_tokens=101)
+    b = _result(1, 100.0, 101.0, 102.0, 103.0, prompt_tokens=1000, completion_tokens=51)
+    rows = [request_figures(r, 100.0, 1.0) for r in (a, b)]
+    assert rows[0]["ttft_s"] == pytest.approx(0.5)
+    assert rows[0]["prefill_tps"] == pytest.approx(2000.0)
+    assert rows[0]["decode_tps"] == pytest.approx(50.0)  # (101 - 1) tokens over 2 s
+    assert rows[0]["e2e_s"] == pytest.approx(2.6)
+    assert rows[1]["decode_tps"] == pytest.approx(50.0)
+    case = case_figures(rows)
+    assert case["wall_s"] == pytest.approx(3.0)
+    assert case["aggregate_tps"] == pytest.approx(152 / 3.0)
+    assert case["ttft_s"]["p50"] == pytest.approx(0.75)
+    assert case["ttft_s"]["mean"] == pytest.approx(0.75)
+    # The lab simulator's time scale: wall seconds are scale x simulated seconds.
+    scaled = request_figures(a, 100.0, 0.01)
+    assert scaled["ttft_s"] == pytest.approx(50.0)
+    assert scaled["decode_tps"] == pytest.approx(0.5)
+
+
+def test_failed_requests_do_not_count_in_rates() -> None:
+    ok = _result(0, 0.0, 1.0, 2.0, 2.0, prompt_tokens=10, completion_tokens=11)
+    bad = RequestResult(1, 1000, ok=False, error="HTTP 500", sent=0.0, done=4.0)
+    case = case_figures([request_figures(r, 0.0, 1.0) for r in (ok, bad)])
+    assert case["requests_ok"] == 1
+    assert case["completion_tokens"] == 11
+    assert case["wall_s"] == 4.0
+
+
+def test_percentiles_interpolate() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == pytest.approx(50.5)
+    assert percentile(values, 90) == pytest.approx(90.1)
+    assert percentile(values, 99) == pytest.approx(99.01)
+    assert percentile([], 50) is None
+    assert percentile([3.0], 99) == 3.0
+
+
+def _case(prompt: int, prefill: float, **extra: Any) -> dict[str, Any]:
+    return {
+        "id": f"p{prompt}",
+        "prompt_tokens": prompt,
+        "concurrency": 1,
+        "clock_cap": "unlocked",
+        "prefill_tps": {"p50": prefill, "max": prefill},
+        **extra,
+    }
+
+
+def test_cache_hit_flags() -> None:
+    # The reference notes' case: 2,048 tokens at 9,480 tok/s, five times its neighbours.
+    cases = [_case(1024, 1306), _case(2048, 9480), _case(4096, 1933), _case(8192, 1946)]
+    flag_cache_hits(cases, factor=3.0, ceiling=20000)
+    assert [bool(c["flags"]) for c in cases] == [False, True, False, False]
+    assert "5.9x its neighbours' 1,620" in cases[1]["flags"][0]
+    # Above one stream prompt / TTFT holds the queue: neighbours are not compared.
+    queued = [_case(256, 53, concurrency=12), _case(2048, 204, concurrency=12)]
+    flag_cache_hits(queued, factor=3.0, ceiling=20000)
+    assert [c["flags"] for c in queued] == [[], []]
+    cases = [_case(256, 7000), _case(512, 7100)]
+    flag_cache_hits(cases, factor=3.0, ceiling=6000)
+    assert all("above the ceiling 6,000" in c["flags"][0] for c in cases)
+    counted = _case(
+        4096,
+        1900,
+        prompt_tokens_sent=4096,
+        server={"delta": {"vllm:prefix_cache_hits_total": 1024.0}},
+    )
+    flag_cache_hits([counted], factor=3.0, ceiling=6000)
+    assert counted["flags"] == [
+        "probable cache hit: the server counted 1,024 prefix-cache hit tokens of 4,096 prompt "
+        "tokens"
+    ]
+
+
+def _sse(*events: Any) -> bytes:
+    lines = [f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n" for e in events]
+    return "".join(lines).encode()
+
+
+def _run_stream(status: int, body: bytes) -> RequestResult:
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent = json.loads(request.content)
+        assert sent["stream_options"] == {"include_usage": True}
+        return httpx.Response(status, content=body)
+
+    async def go() -> RequestResult:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            body = {"model": "m", "messages": [], "stream_options": {"include_usage": True}}
+            return await stream_chat(
+                client, Endpoint.parse("http://x:1/v1"), body, RequestResult(0, 8)
+            )
+
+    return asyncio.run(go())
+
+
+def test_stream_parsing_uses_usage_not_chunks() -> None:
+    chunk = {"choices": [{"index": 0, "delta": {"reasoning_content": "ab"}}]}
+    result = _run_stream(
+        200,
+        _sse(
+            {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+            chunk,
+            chunk,
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]},
+            {"choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": 12}},
+            "[DONE]",
+        ),
+    )
+    assert result.ok, result.error
+    assert result.chunks == 2
+    assert result.completion_tokens == 12  # speculative steps: more tokens than chunks
+    assert result.finish_reason == "length"
+    assert result.first_token is not None
+    assert result.last_token is not None
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "message"),
+    [
+        (500, b'{"error": {"message": "EngineCore died"}}', "HTTP 500: EngineCore died"),
+        (200, _sse({"error": {"message": "boom", "code": 500}}, "[DONE]"), "error event: boom"),
+        (
+            200,
+            _sse({"choices": [{"index": 0, "delta": {"content": "x"}}]}),
+            "the stream ended without [DONE]",
+        ),
+    ],
+)
+def test_stream_errors_are_recorded(status: int, body: bytes, message: str) -> None:
+    result = _run_stream(status, body)
+    assert not result.ok
+    assert result.error == message
+
+
+def test_metrics_parsing() -> None:
+    text = (
+        "# HELP x\n"
+        'vllm:generation_tokens_total{engine="0",model_name="m"} 10.0\n'
+        'vllm:generation_tokens_total{engine="1",model_name="m"} 5.0\n'
+        'gx10_sim_info{max_num_seqs="12",time_scale="0.5"} 1\n'
+    )
+    values, info = parse_metrics(text)
+    assert values["vllm:generation_tokens_total"] == 15.0
+    assert info["gx10_sim_info"] == {"max_num_seqs": "12", "time_scale": "0.5"}
