@@ -194,6 +194,8 @@ class _LabApi(Protocol):
 
     def replace_node(self, node: str) -> _LabStatus: ...
 
+    def throttle(self, node: str, netdev: str, rate: str | None) -> str: ...
+
 
 def _add_lab(
     commands: argparse._SubParsersAction[_Parser],
@@ -215,6 +217,22 @@ def _add_lab(
         action = actions.add_parser(name, parents=[json_option], help=text)
         action.add_argument("node", metavar="NODE", help="a lab node, e.g. gx10-b")
         action.set_defaults(handler=handler)
+    # Test equipment for the fabric checks: a slow rail standing in for the CX-7 stuck state.
+    throttle = actions.add_parser(
+        "throttle",
+        parents=[json_option],
+        help="throttle NODE's end of a rail (tc tbf), or --clear it",
+        description=(
+            "Shape the egress of one rail end with `tc qdisc replace dev NETDEV root tbf rate "
+            "RATE burst 64kb latency 50ms` inside the node; --clear deletes the root qdisc."
+        ),
+    )
+    throttle.add_argument("node", metavar="NODE", help="a lab node, e.g. gx10-b")
+    throttle.add_argument("netdev", metavar="NETDEV", help="a rail netdev, e.g. enP2p1s0f0np0")
+    how = throttle.add_mutually_exclusive_group(required=True)
+    how.add_argument("--rate", help="a tc rate, e.g. 300mbit")
+    how.add_argument("--clear", action="store_true", help="remove the throttle")
+    throttle.set_defaults(handler=_run_lab_throttle)
 
 
 def _run_lab_up(args: argparse.Namespace) -> int:
@@ -253,6 +271,17 @@ def _run_lab_replace(args: argparse.Namespace) -> int:
         status = _lab("replace_node").replace_node(args.node)
     _print_lab_status(args, status)
     return EXIT_OK if status.running else EXIT_NOT_RUNNING
+
+
+def _run_lab_throttle(args: argparse.Namespace) -> int:
+    rate = None if args.clear else args.rate
+    with _stdout_for(args):
+        qdisc = _lab("throttle").throttle(args.node, args.netdev, rate)
+    if args.json:
+        _print_json({"node": args.node, "netdev": args.netdev, "rate": rate, "qdisc": qdisc})
+    else:
+        print(f"{args.node} {args.netdev}: {qdisc or 'no qdisc'}")
+    return EXIT_OK
 
 
 def _lab(*also: str) -> _LabApi:
@@ -442,13 +471,33 @@ def _add_doctor(
     p.add_argument(
         "-v", "--verbose", action="store_true", help="show the evidence play's progress on stderr"
     )
+    p.add_argument(
+        "--measure-bandwidth",
+        action="store_true",
+        help=(
+            "first measure each rail between the head and every worker (fabric.yml, tag "
+            "fabric_bandwidth; ib_write_bw or iperf3 runs for a few seconds per rail) and judge "
+            "the figures too"
+        ),
+    )
     p.set_defaults(handler=_run_doctor)
 
 
 def _run_doctor(args: argparse.Namespace) -> int:
     err = Console(stderr=True, highlight=False)
+    measured: dict[str, Any] = {}
+    if args.measure_bandwidth:
+        figures = doctor_collect.measure_bandwidth(
+            args.inventory,
+            limit=args.limit,
+            on_event=ProgressPrinter(err) if args.verbose else None,
+        )
+        measured["extravars"] = {"doctor_bandwidth_gbps": figures}
     evidences, plan, result = doctor_collect.collect(
-        args.inventory, limit=args.limit, on_event=ProgressPrinter(err) if args.verbose else None
+        args.inventory,
+        limit=args.limit,
+        on_event=ProgressPrinter(err) if args.verbose else None,
+        **measured,
     )
     if result.status == "canceled":
         return EXIT_INTERRUPTED

@@ -1,7 +1,7 @@
 """The serving stages on the lab: ordered launch, restart semantics, failures, the smoke test.
 
-The model stage is not in site.yml yet, so the fixture puts a stand-in checkpoint (a config.json)
-on both nodes, as a molecule `prepare` step would.
+site.yml's model stage puts the lab's synthetic checkpoint, verified, on both nodes; the serve
+stage refuses a node whose copy does not verify.
 """
 
 from __future__ import annotations
@@ -27,12 +27,6 @@ def _serve(**extravars: object) -> ProvisionResult:
 def served(lab_up: lab.LabStatus) -> ProvisionResult:
     converged = provision(LAB_INVENTORY, "site.yml")
     assert converged.ok, converged.failed_tasks
-    for node in ("gx10-a", "gx10-b"):
-        node_sh(
-            node,
-            f"mkdir -p {MODEL_DIR} && printf '%s' '{{\"model_type\": \"deepseek_v4\"}}' "
-            f"> {MODEL_DIR}/config.json",
-        )
     result = _serve()
     assert result.ok, result.failed_tasks
     return result
@@ -119,3 +113,23 @@ def test_a_wrong_gid_index_fails_like_nccl_and_stops_the_pair(served: ProvisionR
         assert fixed.ok, fixed.failed_tasks
     again = _serve()
     assert again.ok, again.failed_tasks
+
+
+def test_an_unverified_checkpoint_is_refused_before_any_restart(served: ProvisionResult) -> None:
+    before = {n: _container_id(n) for n in ("gx10-a", "gx10-b")}
+    shard = f"{MODEL_DIR}/model-00003-of-00048.safetensors"
+    node_sh("gx10-b", f"printf 'X' | dd of={shard} bs=1 seek=10 conv=notrunc 2>/dev/null")
+    try:
+        result = _serve()
+        assert not result.ok
+        failed = {t.host: t.message for t in result.failed_tasks}
+        assert "gx10-b" in failed, failed
+        assert "model-00003-of-00048.safetensors" in failed["gx10-b"]
+        assert "run the model stage" in failed["gx10-b"]
+        assert {n: _container_id(n) for n in ("gx10-a", "gx10-b")} == before
+    finally:
+        repaired = provision(LAB_INVENTORY, "site.yml", tags=["model"])
+        assert repaired.ok, repaired.failed_tasks
+    again = _serve()
+    assert again.ok, again.failed_tasks
+    assert again.changed_total == 0

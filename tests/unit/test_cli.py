@@ -291,6 +291,35 @@ def test_lab_without_swap_support_exits_1(lab: types.SimpleNamespace) -> None:
     assert run.stderr == "gx10: error: the lab is not available: gx10.lab has no swap_nics\n"
 
 
+def test_lab_throttle_sets_and_clears_a_rate(lab: types.SimpleNamespace) -> None:
+    module = sys.modules["gx10.lab"]
+
+    def throttle(node: str, netdev: str, rate: str | None) -> str:
+        print(f"throttling {node} {netdev}")
+        lab.calls.append(("throttle", node, netdev, rate))
+        return "qdisc tbf 8001: root rate 300Mbit" if rate else "qdisc noqueue 0: root"
+
+    module.throttle = throttle  # type: ignore[attr-defined]
+    run = invoke(["lab", "throttle", "gx10-b", "enP2p1s0f0np0", "--rate", "300mbit"])
+    assert run.code == 0
+    assert run.stdout.endswith("gx10-b enP2p1s0f0np0: qdisc tbf 8001: root rate 300Mbit\n")
+    cleared = invoke(["lab", "throttle", "gx10-b", "enP2p1s0f0np0", "--clear", "--json"])
+    assert json.loads(cleared.stdout) == {
+        "node": "gx10-b",
+        "netdev": "enP2p1s0f0np0",
+        "rate": None,
+        "qdisc": "qdisc noqueue 0: root",
+    }
+    assert cleared.stderr == "throttling gx10-b enP2p1s0f0np0\n"
+    assert lab.calls == [
+        ("throttle", "gx10-b", "enP2p1s0f0np0", "300mbit"),
+        ("throttle", "gx10-b", "enP2p1s0f0np0", None),
+    ]
+    with pytest.raises(SystemExit) as info:  # --rate or --clear is required
+        invoke(["lab", "throttle", "gx10-b", "enP2p1s0f0np0"])
+    assert info.value.code == 1
+
+
 def test_lab_module_without_the_api_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "gx10.lab", types.ModuleType("gx10.lab"))
     run = invoke(["lab", "status"])

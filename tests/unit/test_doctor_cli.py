@@ -130,3 +130,36 @@ def test_missing_inventory_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
 def test_canceled_run_exits_130(collected: dict[str, Any]) -> None:
     collected["run"] = _run("canceled")
     assert cli.main(["doctor", "-i", "inv"]) == cli.EXIT_INTERRUPTED
+
+
+def test_measure_bandwidth_passes_the_figures_to_the_evidence_play(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[tuple[str, dict[str, Any]]] = []
+    figures = {"gx10-b": {"enP2p1s0f0np0": 0.28, "enp1s0f0np0": 9.8}}
+
+    def fake_measure(inventory: str, **kwargs: Any) -> dict[str, dict[str, float]]:
+        calls.append(("measure", {"inventory": inventory, **kwargs}))
+        return figures
+
+    def fake_collect(
+        inventory: str, **kwargs: Any
+    ) -> tuple[list[Evidence], dict[str, Any], ProvisionResult]:
+        calls.append(("collect", {"inventory": inventory, **kwargs}))
+        degraded = _node(
+            "gx10-b",
+            1,
+            bandwidth_gbps=figures["gx10-b"],
+            bandwidth_min_gbps=2.0,
+            bandwidth_degraded_band=(0.1, 0.5),
+        )
+        return [_node("gx10-a", 0), degraded], PLAN, _run()
+
+    monkeypatch.setattr("gx10.doctor.collect.measure_bandwidth", fake_measure)
+    monkeypatch.setattr("gx10.doctor.collect.collect", fake_collect)
+    code = cli.main(["doctor", "-i", "inventories/lab", "--measure-bandwidth", "--json"])
+    assert code == cli.EXIT_FAILED
+    assert [name for name, _ in calls] == ["measure", "collect"]
+    assert calls[1][1]["extravars"] == {"doctor_bandwidth_gbps": figures}
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert [(f["code"], f["node"]) for f in findings] == [(r.BANDWIDTH_DEGRADED, "gx10-b")]

@@ -451,3 +451,65 @@ def test_collect_names_evidence_that_was_not_rendered(
     evidences, _plan, _run = c.collect("inv")
     assert [ev.reachable for ev in evidences] == [False, False]
     assert evidences[0].problems == ("evidence not rendered: VARIABLE IS NOT DEFINED!",)
+
+
+# --- measured bandwidth (gx10 doctor --measure-bandwidth) -----------------------------------
+
+
+def test_lab_thresholds_turn_a_throttled_rail_into_the_known_degraded_state(
+    tmp_path: Path, plan: dict[str, Any]
+) -> None:
+    raw = raw_node(tmp_path, "gx10-b")
+    raw["bandwidth_gbps"] = {RAIL0: 9.8, RAIL1: "0.28"}
+    raw["bandwidth_thresholds"] = {"min_rail_gbps": "2.0", "degraded_band_gbps": ["0.1", 0.5]}
+    ev = c.parse_evidence("gx10-b", raw)
+    assert ev.bandwidth_min_gbps == 2.0
+    assert ev.bandwidth_degraded_band == (0.1, 0.5)
+    found = [f for f in diagnose([ev], plan) if f.code.startswith("BANDWIDTH")]
+    assert [(f.code, f.node) for f in found] == [(r.BANDWIDTH_DEGRADED, "gx10-b")]
+    assert RAIL1 in found[0].summary
+    assert "0.1-0.5 Gb/s" in found[0].summary
+    assert "AC power" in found[0].fix
+
+
+@pytest.mark.parametrize("band", [None, "8-25", [25, 8], [1], ["x", 2]])
+def test_malformed_thresholds_fall_back_to_the_defaults(
+    tmp_path: Path, plan: dict[str, Any], band: Any
+) -> None:
+    raw = raw_node(tmp_path, "gx10-a")
+    raw["bandwidth_gbps"] = {RAIL0: 13.26}
+    raw["bandwidth_thresholds"] = {"min_rail_gbps": None, "degraded_band_gbps": band}
+    ev = c.parse_evidence("gx10-a", raw)
+    assert (ev.bandwidth_min_gbps, ev.bandwidth_degraded_band) == (None, None)
+    assert r.BANDWIDTH_DEGRADED in {f.code for f in diagnose([ev], plan)}
+
+
+def test_measure_bandwidth_reads_the_heads_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, Any]] = []
+    report = {
+        "schema": 1,
+        "tool": "iperf3",
+        "per_rail": {"gx10-b": {RAIL0: 9.79, RAIL1: "0.28", "bad": "n/a"}},
+        "total": {},
+    }
+
+    def fake_provision(inventory: str, playbook: str, **kwargs: Any) -> ProvisionResult:
+        calls.append({"playbook": playbook, **kwargs})
+        kwargs["on_event"](_event("runner_on_ok", "gx10-a", {"gx10_fabric_bandwidth": report}))
+        return _result({"gx10-a": HostStats(ok=9)})
+
+    monkeypatch.setattr(c, "provision", fake_provision)
+    assert c.measure_bandwidth("inv", limit="gx10-b") == {"gx10-b": {RAIL0: 9.79, RAIL1: 0.28}}
+    assert calls[0]["playbook"] == "fabric.yml"
+    assert calls[0]["tags"] == "fabric_bandwidth"
+    assert calls[0]["limit"] == "gx10-b,localhost"
+
+
+def test_measure_bandwidth_without_a_report_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fake_provision(inventory: str, playbook: str, **kwargs: Any) -> ProvisionResult:
+        failed = (FailedTask("gx10-a", "Check the bandwidth settings", "bad band", "fabric"),)
+        return _result({"gx10-a": HostStats(failed=1)}, failed)
+
+    monkeypatch.setattr(c, "provision", fake_provision)
+    with pytest.raises(Gx10Error, match=r"reported nothing .*gx10-a Check the bandwidth settings"):
+        c.measure_bandwidth("inv")

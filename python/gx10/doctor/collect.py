@@ -21,6 +21,9 @@ from gx10.errors import Gx10Error
 from gx10.provision import EventHandler, ProvisionResult, provision
 
 PLAYBOOK = "doctor.yml"
+BANDWIDTH_PLAYBOOK = "fabric.yml"
+BANDWIDTH_TAG = "fabric_bandwidth"
+BANDWIDTH_KEY = "gx10_fabric_bandwidth"
 EVIDENCE_KEY = "gx10_doctor_evidence"
 SCHEMA = 1
 _VALIDATE_ACTIONS = ("gx10.cluster.validate_cluster", "validate_cluster")
@@ -31,6 +34,7 @@ def collect(
     *,
     limit: str | None = None,
     on_event: EventHandler | None = None,
+    extravars: Mapping[str, Any] | None = None,
 ) -> tuple[list[Evidence], dict[str, Any], ProvisionResult]:
     """Run the evidence playbook; return each node's evidence (plan order), the plan, the run.
 
@@ -45,6 +49,7 @@ def collect(
         # The plan is computed on localhost (the validate play): keep it in any limit.
         limit=f"{limit},localhost" if limit else None,
         on_event=gathered,
+        extravars=extravars,
     )
     if gathered.plan is None:
         reasons = "; ".join(f"{t.host} {t.task}: {t.message}" for t in result.failed_tasks)
@@ -66,6 +71,54 @@ def collect(
                 Evidence(node=node, reachable=False, problems=tuple(why or ["no evidence"]))
             )
     return evidences, plan, result
+
+
+def measure_bandwidth(
+    inventory: str,
+    *,
+    limit: str | None = None,
+    on_event: EventHandler | None = None,
+) -> dict[str, dict[str, float]]:
+    """Run the fabric role's bandwidth measurement (fabric.yml, tag fabric_bandwidth).
+
+    Returns {worker: {netdev: Gb/s}} as the head's ``gx10_fabric_bandwidth`` report gives it,
+    ready for doctor.yml's ``doctor_bandwidth_gbps``. A rail whose measurement failed has no
+    figure. Raises Gx10Error when the run produced no report.
+    """
+    report: dict[str, Any] = {}
+
+    def keep(event: dict[str, Any]) -> None:
+        data = event.get("event_data") or {}
+        res = data.get("res")
+        if event.get("event") == "runner_on_ok" and isinstance(res, Mapping):
+            found = res.get(BANDWIDTH_KEY)
+            if isinstance(found, Mapping):
+                report.update(found)
+        if on_event is not None:
+            on_event(event)
+
+    result = provision(
+        inventory,
+        BANDWIDTH_PLAYBOOK,
+        limit=f"{limit},localhost" if limit else None,
+        tags=BANDWIDTH_TAG,
+        # Asked for explicitly, so measure even where the inventory leaves it out of site.yml.
+        extravars={"fabric_bandwidth": True},
+        on_event=keep,
+    )
+    if not report:
+        reasons = "; ".join(f"{t.host} {t.task}: {t.message}" for t in result.failed_tasks)
+        raise Gx10Error(
+            f"doctor: the bandwidth measurement ({BANDWIDTH_PLAYBOOK}, tag {BANDWIDTH_TAG}) "
+            "reported nothing"
+            + (f" ({reasons})" if reasons else "")
+            + f"; artifacts in {result.artifact_dir}"
+        )
+    per_rail = report.get("per_rail")
+    figures: dict[str, dict[str, float]] = {}
+    for worker, rails in per_rail.items() if isinstance(per_rail, Mapping) else []:
+        figures[str(worker)] = _bandwidth(rails)
+    return figures
 
 
 class _Gatherer:
@@ -140,6 +193,10 @@ def parse_evidence(node: str, raw: Mapping[str, Any] | None) -> Evidence:
         gid_mode=str(raw["gid_mode"]) if raw.get("gid_mode") else None,
         containers=_containers(_section(raw, "container"), problems),
         bandwidth_gbps=_bandwidth(raw.get("bandwidth_gbps")),
+        bandwidth_min_gbps=_float(_section(raw, "bandwidth_thresholds").get("min_rail_gbps")),
+        bandwidth_degraded_band=_band(
+            _section(raw, "bandwidth_thresholds").get("degraded_band_gbps")
+        ),
         sm_clock_cap_mhz=_clock_cap(_section(raw, "clocks"), _section(raw, "clock_lock"), problems),
         sm_clock_policy_mhz=_int(raw.get("sm_clock_policy_mhz")),
         problems=tuple(problems),
@@ -331,6 +388,25 @@ def _bandwidth(value: object) -> dict[str, float]:
         except (TypeError, ValueError):
             continue
     return found
+
+
+def _float(value: object) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        return None
+
+
+def _band(value: object) -> tuple[float, float] | None:
+    """[low, high] Gb/s, or None when absent or malformed (the defaults apply then)."""
+    if not isinstance(value, Sequence) or isinstance(value, str) or len(value) != 2:
+        return None
+    low, high = _float(value[0]), _float(value[1])
+    if low is None or high is None or low > high:
+        return None
+    return (low, high)
 
 
 def _clock_cap(

@@ -100,6 +100,10 @@ class Evidence:
     gid_mode: str | None = None  # nccl_env_mode: pinned or auto
     containers: tuple[ContainerEvidence, ...] = ()
     bandwidth_gbps: Mapping[str, float] = field(default_factory=dict)  # netdev -> Gb/s
+    # What the bandwidth is judged by (the inventory's fabric_min_rail_gbps and
+    # fabric_degraded_band_gbps); None: fabric_parse's defaults (80, 8-25 Gb/s).
+    bandwidth_min_gbps: float | None = None
+    bandwidth_degraded_band: tuple[float, float] | None = None
     sm_clock_cap_mhz: int | None = None  # locked SM clock now; None: not locked
     sm_clock_policy_mhz: int | None = None  # the cap the policy wants; None: no cap
     # What could not be gathered, and why (a missing env file, docker not answering, ...); for
@@ -355,18 +359,21 @@ def rule_pinned_literal(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Ite
 
 def rule_bandwidth(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
     fabric = module_utils("fabric_parse")
-    classify = cast(Callable[[float], str], fabric.classify_bandwidth)
-    minimum = cast(float, fabric.PER_RAIL_MIN_GBPS)
-    low, high = cast(tuple[float, float], fabric.DEGRADED_BAND_GBPS)
+    classify = cast(Callable[[float, float, tuple[float, float]], str], fabric.classify_bandwidth)
     for ev in _reachable(evs):
+        minimum = ev.bandwidth_min_gbps
+        if minimum is None:
+            minimum = cast(float, fabric.PER_RAIL_MIN_GBPS)
+        band = ev.bandwidth_degraded_band or cast(tuple[float, float], fabric.DEGRADED_BAND_GBPS)
+        low, high = band
         for netdev, gbps in sorted(ev.bandwidth_gbps.items()):
-            status = classify(gbps)
+            status = classify(gbps, minimum, band)
             if status == "degraded_known":
                 yield Finding(
                     BANDWIDTH_DEGRADED,
                     "error",
                     ev.node,
-                    f"rail {netdev} runs RDMA at {gbps:.2f} Gb/s, in the {low:g}-{high:g} Gb/s "
+                    f"rail {netdev} measured {gbps:.2f} Gb/s, in the {low:g}-{high:g} Gb/s "
                     "band of the known ConnectX-7 stuck state",
                     f"{netdev}: {gbps:.2f} Gb/s measured, at least {minimum:g} expected",
                     cast(str, fabric.DEGRADED_REMEDY),

@@ -11,6 +11,7 @@ from gx10.lab.manager import (
     replace_node,
     status,
     swap_nics,
+    throttle,
     up,
 )
 
@@ -25,5 +26,6 @@ __all__ = [
     "replace_node",
     "status",
     "swap_nics",
+    "throttle",
     "up",
 ]

@@ -58,6 +58,15 @@ class LabConfig:
         default_factory=lambda: int(os.environ.get("GX10_LAB_REGISTRY_PORT", "5000"))
     )
     boot_timeout: float = 90.0
+    # The NAS stand-in: serves the synthetic checkpoint read-only over HTTP on the management
+    # network (the nodes reach it as http://gx10-nas:8080/, the inventory's gx10_model_source).
+    nas_name: str = "gx10-nas"
+    nas_port: int = 8080
+
+    @property
+    def nas_volume(self) -> str:
+        """The volume holding the synthetic checkpoint (filled once, mounted read-only)."""
+        return f"{self.name}-nas-data"
 
     @property
     def registry_address(self) -> str:

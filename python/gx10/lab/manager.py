@@ -26,9 +26,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gx10.lab import _docker, images, registry
+from gx10.lab import _docker, checkpoint, images, registry
 from gx10.lab.config import LAB_LABEL, MAX_GENERATION, LabConfig, Rail, mac_generation
 from gx10.lab.errors import LabError
+from gx10.paths import project_home
 
 Log = Callable[[str], None]
 
@@ -197,6 +198,52 @@ def _ensure_registry(cfg: LabConfig, log: Log) -> None:
         "-v", f"{cfg.name}-registry-data:/var/lib/docker-registry",
         tag,
     )  # fmt: skip
+
+
+def _ensure_nas(cfg: LabConfig, log: Log) -> None:
+    """Fill the NAS volume with the synthetic checkpoint (once) and serve it read-only."""
+    if _state(cfg.nas_name) == "running":
+        return
+    tag = images.ensure(images.vllm_sim_spec(), log)  # any lab image with python3
+    if not _docker.exists("volume", cfg.nas_volume):
+        _docker.docker("volume", "create", *_labels(cfg, "nas"), cfg.nas_volume)
+    marker = "/data/.gx10-synthetic-complete"
+    filled = _docker.run(
+        ["docker", "run", "--rm", "--entrypoint", "test", "-v", f"{cfg.nas_volume}:/data:ro",
+         tag, "-s", marker],
+        check=False, timeout=60,
+    )  # fmt: skip
+    if filled.returncode != 0:
+        log(f"writing the synthetic checkpoint into {cfg.nas_volume}")
+        filler = f"{cfg.nas_name}-fill"
+        _docker.docker("rm", "-f", filler, check=False)
+        _docker.docker(
+            "create", "--name", filler, *_labels(cfg, "nas-fill"), "--entrypoint", "python3",
+            "-v", f"{cfg.nas_volume}:/data", tag,
+            "/usr/local/bin/gx10-checkpoint.py", "/data/checkpoint", marker,
+        )  # fmt: skip
+        _docker.docker("cp", checkpoint.__file__, f"{filler}:/usr/local/bin/gx10-checkpoint.py")
+        try:
+            _docker.docker("start", "-a", filler, timeout=300)
+        finally:
+            _docker.docker("rm", "-f", filler, check=False)
+    if _state(cfg.nas_name) != "absent":
+        _docker.docker("rm", "-f", cfg.nas_name)
+    log(f"starting the NAS stand-in {cfg.nas_name} (http://{cfg.nas_name}:{cfg.nas_port}/)")
+    _docker.docker(
+        "create", "--name", cfg.nas_name, *_labels(cfg, "nas"), "--network", cfg.mgmt_network,
+        "--restart", "unless-stopped", "--entrypoint", "python3",
+        "-v", f"{cfg.nas_volume}:/srv/nas:ro", tag,
+        "/usr/local/bin/gx10_serve_dir.py", "--bind", "0.0.0.0",
+        "--directory", "/srv/nas/checkpoint", str(cfg.nas_port),
+    )  # fmt: skip
+    _docker.docker("cp", str(_serve_dir_script()), f"{cfg.nas_name}:/usr/local/bin/")
+    _docker.docker("start", cfg.nas_name)
+
+
+def _serve_dir_script() -> Path:
+    """The read-only Range-capable file server the model_sync role runs on the head."""
+    return project_home() / "roles" / "model_sync" / "files" / "gx10_serve_dir.py"
 
 
 def _ensure_node(cfg: LabConfig, node: str, tag: str, log: Log) -> bool:
@@ -377,6 +424,56 @@ def swap_nics(node: str, cfg: LabConfig | None = None, log: Log = print) -> LabS
     return status(cfg)
 
 
+def throttle(
+    node: str,
+    netdev: str,
+    rate: str | None,
+    cfg: LabConfig | None = None,
+    log: Log = print,
+) -> str:
+    """Throttle a rail end's egress to `rate` (a tc rate, e.g. "300mbit"), or clear it (None).
+
+    Test equipment for the fabric checks: a token bucket (`tc qdisc replace ... root tbf`) on one
+    end stands in for the ConnectX-7 stuck state, a rail far slower than every status suggests.
+    The burst (64 KiB) holds a 9000-byte frame, so jumbo pings still pass, as they do on the
+    stuck hardware. Clearing removes the root qdisc (a missing one is not an error). Returns the
+    qdisc line `tc qdisc show` reports afterwards.
+    """
+    cfg = cfg or LabConfig()
+    if node not in cfg.nodes:
+        raise LabError(f"no lab node {node!r}; the nodes are {', '.join(cfg.nodes)}")
+    netdevs = [rail.netdev for rail in cfg.rails]
+    if netdev not in netdevs:
+        raise LabError(f"{netdev!r} is not a lab rail; the rails are {', '.join(netdevs)}")
+    if _state(node) != "running":
+        raise LabError(f"lab node {node} is {_state(node)}: run `gx10 lab up` first")
+    if rate is None:
+        log(f"clearing the throttle on {node} {netdev}")
+        out = _docker.run(
+            ["docker", "exec", node, "tc", "qdisc", "del", "dev", netdev, "root"],
+            check=False,
+            timeout=30,
+        )
+        # A device without a root qdisc of its own answers "Cannot delete qdisc with handle of
+        # zero" (older iproute2: "No such file or directory"): already clear.
+        if out.returncode != 0 and not any(
+            text in out.stderr for text in ("handle of zero", "No such file or directory")
+        ):
+            raise LabError(
+                f"`tc qdisc del dev {netdev} root` on {node} failed: {out.stderr.strip()}"
+            )
+    else:
+        if not rate.strip() or any(c.isspace() for c in rate):
+            raise LabError(f"rate {rate!r} is not a tc rate (e.g. 300mbit, 1gbit)")
+        log(f"throttling {node} {netdev} to {rate} (tc tbf)")
+        _docker.node_exec(
+            node, "tc", "qdisc", "replace", "dev", netdev, "root",
+            "tbf", "rate", rate, "burst", "64kb", "latency", "50ms",
+            timeout=30,
+        )  # fmt: skip
+    return _docker.node_exec(node, "tc", "qdisc", "show", "dev", netdev, "root", timeout=30)
+
+
 def replace_node(node: str, cfg: LabConfig | None = None, log: Log = print) -> LabStatus:
     """Replace a node by a fresh machine: remove its container and Docker volume, then `up()`.
 
@@ -420,6 +517,7 @@ def up(cfg: LabConfig | None = None, log: Log = print) -> LabStatus:
     node_tag = images.ensure(images.node_spec(), log)
     _ensure_network(cfg, log)
     _ensure_registry(cfg, log)
+    _ensure_nas(cfg, log)
     for node in cfg.nodes:
         _ensure_node(cfg, node, node_tag, log)
     for node in cfg.nodes:
@@ -440,7 +538,7 @@ def down(cfg: LabConfig | None = None, log: Log = print) -> None:
     if containers:
         log(f"removing {len(containers)} lab containers")
         _docker.docker("rm", "-f", "-v", *containers, timeout=180)
-    volumes = [cfg.volume(n) for n in cfg.nodes] + [f"{cfg.name}-registry-data"]
+    volumes = [cfg.volume(n) for n in cfg.nodes] + [f"{cfg.name}-registry-data", cfg.nas_volume]
     volumes += _docker.docker("volume", "ls", "-q", "--filter", label).split()
     for volume in dict.fromkeys(volumes):
         if _docker.exists("volume", volume):
@@ -501,6 +599,9 @@ def status(cfg: LabConfig | None = None) -> LabStatus:
     registry_state = _state(cfg.registry_name)
     if registry_state != "running":
         problems.append(f"registry {cfg.registry_name} is {registry_state}")
+    nas_state = _state(cfg.nas_name)
+    if nas_state != "running":
+        problems.append(f"NAS stand-in {cfg.nas_name} is {nas_state} (run `gx10 lab up`)")
     return LabStatus(
         name=cfg.name,
         nodes=tuple(nodes),

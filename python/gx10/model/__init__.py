@@ -7,7 +7,16 @@
 - `catalog`: the checkpoints we know and whether a plan's nodes can hold them.
 """
 
+# ruff: noqa: E402  (the imports below need add_to_path() to have run)
+
 from __future__ import annotations
+
+from gx10._collection import add_to_path
+
+# The file rules (hashing, verify, cache, install) are the gx10.cluster collection's model_files
+# module_utils, which the nodes run too; every submodule imports them from there, so the path
+# must be set before the submodule imports below.
+add_to_path()
 
 from gx10.model.catalog import CATALOG, CatalogEntry, FitReport, check_fits, lookup
 from gx10.model.errors import (

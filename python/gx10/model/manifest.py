@@ -15,7 +15,6 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +22,16 @@ from typing import Any, Literal
 
 import yaml
 
+from ansible_collections.gx10.cluster.plugins.module_utils.model_files import (
+    atomic_write_text,
+    is_ignored,
+    iter_tree,
+    path_problems,
+)
 from gx10.model.errors import HubError, ManifestError
 from gx10.model.hashing import Algo, HashJob, ProgressCallback, default_workers, hash_many
+
+__all__ = ["atomic_write_text", "is_ignored", "iter_tree"]
 
 SCHEMA = 1
 Kind = Literal["lfs", "git"]
@@ -178,33 +185,16 @@ def save_manifest(manifest: Manifest, path: Path, *, source: str) -> None:
         f"({manifest.total_size / 1e9:.1f} GB); built from {source}.\n"
         "# Written by `gx10 model manifest`; edit by rebuilding, not by hand.\n"
     )
-    body = yaml.safe_dump(manifest.to_dict(), sort_keys=False, default_flow_style=False)
-    atomic_write_text(path, header + body)
+    body = yaml.dump(
+        manifest.to_dict(), Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False
+    )
+    # A YAML document yamllint --strict accepts: an explicit start, indented sequences.
+    atomic_write_text(path, header + "---\n" + body)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a hidden temp file in the same directory and rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    prefix = f".{path.name.lstrip('.')}."  # a leftover stays hidden and keeps the name's prefix
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            # mkstemp makes 0600; keep the mode of the file we replace, else the usual 0644.
-            os.fchmod(handle.fileno(), _mode_of(path, default=0o644))
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _mode_of(path: Path, *, default: int) -> int:
-    try:
-        return path.stat().st_mode & 0o7777
-    except OSError:
-        return default
+class _IndentedDumper(yaml.SafeDumper):
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
 
 
 # --- from a trusted directory ----------------------------------------------------------------
@@ -253,28 +243,6 @@ def manifest_from_directory(
         kind: Kind = "lfs" if digest.algo == "sha256" else "git"
         files.append(ManifestFile(outcome.job.key, digest.stamp.size, kind, digest.hexdigest))
     return Manifest(repo=repo, revision=revision, files=tuple(files))
-
-
-def is_ignored(relpath: str) -> bool:
-    """Paths inside a model directory that are never model files."""
-    first = relpath.split("/", 1)[0]
-    return (
-        first == ".git"
-        or relpath.startswith(".cache/huggingface/")
-        or first.startswith(".gx10-verify-cache")
-    )
-
-
-def iter_tree(directory: Path) -> Iterator[str]:
-    """Relative POSIX paths of the regular files (or links to them) under `directory`."""
-    for root, dirs, names in os.walk(directory):
-        base = Path(root).relative_to(directory).as_posix()
-        prefix = "" if base == "." else base + "/"
-        dirs[:] = [d for d in dirs if not is_ignored(prefix + d + "/")]
-        for name in names:
-            rel = prefix + name
-            if not is_ignored(rel) and (Path(root) / name).is_file():
-                yield rel
 
 
 def _lfs_patterns(directory: Path) -> tuple[str, ...]:
@@ -401,23 +369,7 @@ def _file_problems(path: object, size: object, kind: object, digest: object) -> 
 
 
 def _path_problems(path: object) -> Iterator[str]:
-    if not isinstance(path, str) or not path:
-        yield f"path: {_show(path)} is not a non-empty string"
-        return
-    fix = "paths are relative to the model directory, with / separators"
-    if path.startswith("/"):
-        yield f"path: {path!r} is absolute; {fix}"
-    if "\\" in path:
-        yield f"path: {path!r} has a backslash; {fix}"
-    if "\0" in path:
-        yield f"path: {path!r} has a NUL byte"
-    parts = path.split("/")
-    if ".." in parts:
-        yield f"path: {path!r} has a '..' component, which could escape the model directory"
-    if any(part in ("", ".") for part in parts) and not path.startswith("/"):
-        yield f"path: {path!r} has an empty or '.' component; {fix}"
-    if is_ignored(path):
-        yield f"path: {path!r} is a place gx10 never treats as a model file"
+    yield from path_problems(path)
 
 
 def _set_problems(paths: Sequence[tuple[str, str]]) -> list[str]:

@@ -1,0 +1,84 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Action plugin for gx10.cluster.model_plan (documented in plugins/modules/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+
+
+class ActionModule(ActionBase):
+    """Load and validate the manifest on the controller; refuse a plan the nodes cannot hold."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+
+    def run(
+        self, tmp: str | None = None, task_vars: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        _, args = self.validate_argument_spec(
+            argument_spec={
+                "manifest": {"type": "path", "required": True},
+                "nodes": {"type": "int", "required": True},
+                "checkpoint": {"type": "str"},
+                "usable_gb_per_node": {"type": "float", "default": 121.0},
+                "reserve_gb_per_node": {"type": "float", "default": 0.0},
+            }
+        )
+        result: dict[str, Any] = super().run(tmp, task_vars)
+        result["changed"] = False
+        try:
+            # The controller's gx10 package: its strict Manifest loader and the catalog, the
+            # same code `gx10 model verify` runs (the collection ships inside the gx10 checkout).
+            from gx10.errors import Gx10Error  # noqa: PLC0415
+            from gx10.model import (  # noqa: PLC0415
+                CatalogEntry,
+                check_fits,
+                load_manifest,
+                lookup,
+            )
+        except ImportError as exc:
+            result.update(failed=True, msg=f"the gx10 Python package is not importable: {exc}")
+            return result
+        path = Path(args["manifest"])
+        try:
+            manifest = load_manifest(path)
+            name = args["checkpoint"]
+            if name:
+                entry = lookup(name)
+            else:
+                try:
+                    entry = lookup(manifest.repo)
+                except Gx10Error:  # not in the catalog (the lab's synthetic one): its own size
+                    entry = CatalogEntry(
+                        name=manifest.repo,
+                        label=manifest.repo,
+                        size_gb=manifest.total_size / 1e9,
+                        decision="from the manifest",
+                    )
+            fit = check_fits(
+                entry,
+                args["nodes"],
+                args["usable_gb_per_node"],
+                reserve_gb_per_node=args["reserve_gb_per_node"],
+            )
+        except Gx10Error as exc:
+            result.update(failed=True, msg=f"model plan refused: {exc}")
+            return result
+        result.update(
+            repo=manifest.repo,
+            revision=manifest.revision,
+            files=[f.to_dict() for f in manifest.files],
+            total_bytes=manifest.total_size,
+            checkpoint=entry.name,
+            per_node_gb=round(fit.per_node_gb, 3),
+            msg=(
+                f"{path}: {manifest.repo} at {manifest.revision}, {len(manifest.files)} files, "
+                f"{manifest.total_size} bytes; {entry.name} ({entry.size_text}) on {fit.nodes} "
+                f"node(s): {fit.per_node_gb:.1f} GB per node of {fit.usable_gb_per_node:.1f} GB"
+            ),
+        )
+        return result

@@ -1,0 +1,271 @@
+"""The model stage on the lab: faults on one node, resume, re-sync over the rail, bad input.
+
+Every test starts from a converged model stage (both nodes verified) and leaves it converged.
+Per-node figures come from the model_fetch results in the run's ansible-runner events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from labtools import LAB_INVENTORY, node_sh
+
+from gx10 import ProvisionResult, lab, provision
+
+MODEL_DIR = "/srv/models/DeepSeek-V4-Flash-0731"
+MANIFEST_FILE = LAB_INVENTORY / "files" / "model-manifest.yml"
+MANIFEST = yaml.safe_load(MANIFEST_FILE.read_text())
+TOTAL = sum(f["size"] for f in MANIFEST["files"])
+SHARD = "model-00007-of-00048.safetensors"
+RAIL0 = "enp1s0f0np0"
+SHARD_SHA256 = next(f["sha256"] for f in MANIFEST["files"] if f["path"] == SHARD)
+FETCH_TASK = "Fetch what is missing or bad, verified before it gets its name"
+
+
+def _model(**extravars: object) -> ProvisionResult:
+    return provision(LAB_INVENTORY, "site.yml", tags=["model"], extravars=extravars or None)
+
+
+def _results(run: ProvisionResult, task: str) -> dict[str, dict[str, Any]]:
+    """host -> the module result of `task` in this run (ok or failed)."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted((run.artifact_dir / "job_events").glob("*.json")):
+        event = json.loads(path.read_text())
+        data = event.get("event_data", {})
+        if event.get("event") in ("runner_on_ok", "runner_on_failed") and data.get("task") == task:
+            found[data["host"]] = data["res"]
+    return found
+
+
+def _inodes(node: str) -> dict[str, str]:
+    out = node_sh(node, f"cd {MODEL_DIR} && find . -type f ! -name '.gx10*' -printf '%i %P\\n'")
+    return {path: inode for inode, path in (line.split(" ", 1) for line in out.splitlines())}
+
+
+def _sha256(node: str, path: str) -> str:
+    return node_sh(node, f"sha256sum {MODEL_DIR}/{path}").split()[0]
+
+
+@pytest.fixture(scope="module")
+def synced(lab_up: lab.LabStatus) -> ProvisionResult:
+    result = _model()
+    assert result.ok, result.failed_tasks
+    return result
+
+
+@pytest.fixture(autouse=True)
+def converged_after(synced: ProvisionResult):  # type: ignore[no-untyped-def]
+    yield
+    again = _model()
+    assert again.ok, again.failed_tasks
+
+
+def test_a_flipped_byte_is_named_and_only_that_file_refetched(synced: ProvisionResult) -> None:
+    before = _inodes("gx10-b")
+    node_sh(
+        "gx10-b",
+        f"printf '\\377' | dd of={MODEL_DIR}/{SHARD} bs=1 seek=4096 conv=notrunc 2>/dev/null",
+    )
+    assert _sha256("gx10-b", SHARD) != SHARD_SHA256
+    run = _model()
+    assert run.ok, run.failed_tasks
+    worker = _results(run, FETCH_TASK)["gx10-b"]
+    assert [f["path"] for f in worker["found"]] == [SHARD]
+    assert worker["found"][0]["status"] == "hash_mismatch"
+    assert worker["fetched"] == [SHARD]
+    assert _results(run, FETCH_TASK)["gx10-a"]["bytes_from_source"] == 0
+    after = _inodes("gx10-b")
+    assert after[SHARD] != before[SHARD]
+    assert {p: i for p, i in after.items() if p != SHARD} == {
+        p: i for p, i in before.items() if p != SHARD
+    }
+    assert _sha256("gx10-b", SHARD) == SHARD_SHA256
+
+
+def test_a_truncated_shard_is_refetched(synced: ProvisionResult) -> None:
+    node_sh("gx10-b", f"truncate -s 100000 {MODEL_DIR}/{SHARD}")
+    run = _model()
+    assert run.ok, run.failed_tasks
+    worker = _results(run, FETCH_TASK)["gx10-b"]
+    assert worker["found"][0]["path"] == SHARD
+    assert worker["found"][0]["status"] == "size_mismatch"
+    assert worker["fetched"] == [SHARD]
+    assert _sha256("gx10-b", SHARD) == SHARD_SHA256
+
+
+def test_a_partial_left_by_a_kill_resumes_with_a_range(synced: ProvisionResult) -> None:
+    """What a kill mid-file leaves: the shard gone, its first bytes in <shard>.partial."""
+    size = next(f["size"] for f in MANIFEST["files"] if f["path"] == SHARD)
+    node_sh(
+        "gx10-b",
+        f"cd {MODEL_DIR} && head -c 600000 {SHARD} > {SHARD}.partial && rm {SHARD}",
+    )
+    run = _model()
+    assert run.ok, run.failed_tasks
+    worker = _results(run, FETCH_TASK)["gx10-b"]
+    assert worker["fetched"] == [SHARD]
+    assert worker["bytes_from_source"] == size - 600000  # resumed, not restarted
+    assert _sha256("gx10-b", SHARD) == SHARD_SHA256
+    assert node_sh("gx10-b", f"find {MODEL_DIR} -name '*.partial'") == ""
+
+
+def _kill_the_writer_mid_file(node: str, at_least: int = 100_000) -> str:
+    """On `node`, SIGKILL the process writing a .partial under MODEL_DIR once it holds
+    `at_least` bytes (looked for and killed in one script on the node, so the writer cannot
+    finish the file in between). Returns "pid path size"."""
+    script = (
+        "timeout 50 sh -c 'while :; do for pid in $(pidof python3); do "
+        "for fd in /proc/$pid/fd/*; do t=$(readlink $fd 2>/dev/null) || continue; "
+        f"case $t in {MODEL_DIR}/*.partial) s=$(stat -c %s $t); "
+        f"if [ $s -ge {at_least} ]; then kill -9 $pid; echo $pid $t $s; exit 0; fi;; esac; "
+        "done; done; sleep 0.05; done'"
+    )
+    return node_sh(node, script).strip()
+
+
+def test_a_sync_really_killed_mid_file_resumes(synced: ProvisionResult) -> None:
+    """The worker's rail is slowed so the copy takes seconds; its fetch is killed (SIGKILL, by
+    the pid holding the .partial open) mid-file; the next run reads only what is missing."""
+    node_sh("gx10-b", f"rm -rf {MODEL_DIR}")
+    # The burst must exceed the rails' 9000-byte MTU, or tbf drops every jumbo frame.
+    node_sh("gx10-a", f"tc qdisc add dev {RAIL0} root tbf rate 8mbit burst 64kb latency 400ms")
+    # A process group of our own, so a hang can be ended by its id.
+    run = subprocess.Popen(
+        ["gx10", "provision", "-i", str(LAB_INVENTORY), "-t", "model"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        assert _kill_the_writer_mid_file("gx10-b")
+        killed_rc = run.wait(timeout=300)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGTERM)
+            run.wait(timeout=30)
+        node_sh("gx10-a", f"tc qdisc del dev {RAIL0} root", check=False)
+    assert killed_rc != 0
+    # The writer may have moved on to the next file between the look and the kill.
+    partials = node_sh("gx10-b", f"find {MODEL_DIR} -name '*.partial' -printf '%P %s\\n'").split()
+    assert len(partials) == 2, partials  # one file, cut mid-way
+    partial, kept = partials[0], int(partials[1])
+    assert kept > 0
+    sizes = {f["path"]: f["size"] for f in MANIFEST["files"]}
+    present = node_sh(
+        "gx10-b", f"cd {MODEL_DIR} && find . -type f ! -name '*.partial' -printf '%P %s\\n'"
+    )
+    installed = sum(
+        int(size)
+        for path, size in (line.split(" ") for line in present.splitlines())
+        if sizes.get(path) == int(size)
+    )
+    assert 0 < installed + kept < TOTAL
+    peer = node_sh("gx10-a", "systemctl is-active gx10-model-peer.service", check=False)
+    assert peer.strip() in ("inactive", "unknown")  # stopped although the worker failed
+    again = _model()
+    assert again.ok, again.failed_tasks
+    worker = _results(again, FETCH_TASK)["gx10-b"]
+    assert worker["bytes_from_source"] == TOTAL - installed - kept
+    print(
+        f"\nkilled mid-file: {partial} kept {kept} bytes, {installed} bytes "
+        f"installed; the re-run read {worker['bytes_from_source']} of {TOTAL} bytes"
+    )
+
+
+def test_a_node_that_lost_its_copy_resyncs_from_the_head_over_the_rail(
+    synced: ProvisionResult,
+) -> None:
+    node_sh("gx10-b", f"rm -rf {MODEL_DIR}")
+    run = _model()
+    assert run.ok, run.failed_tasks
+    fetch = _results(run, FETCH_TASK)
+    assert fetch["gx10-a"]["bytes_from_source"] == 0  # the NAS is not read again
+    assert fetch["gx10-b"]["bytes_from_source"] == TOTAL
+    assert fetch["gx10-b"]["files_fetched"] == len(MANIFEST["files"])
+    assert node_sh(
+        "gx10-a", "systemctl is-active gx10-model-peer.service", check=False
+    ).strip() in (
+        "inactive",
+        "unknown",
+    )
+
+
+def test_two_node_sync_reads_the_source_once(synced: ProvisionResult) -> None:
+    for node in ("gx10-a", "gx10-b"):
+        node_sh(node, f"rm -rf {MODEL_DIR}")
+    run = _model()
+    assert run.ok, run.failed_tasks
+    fetch = _results(run, FETCH_TASK)
+    from_source = fetch["gx10-a"]["bytes_from_source"]
+    print(
+        f"\nbytes read from the source for two nodes: {from_source} = {from_source / TOTAL:.2f} x"
+    )
+    assert from_source == TOTAL
+    assert fetch["gx10-b"]["bytes_from_source"] == TOTAL  # from the head, over the rail
+
+
+def test_disk_too_small_fails_before_any_byte_moves(synced: ProvisionResult) -> None:
+    node_sh("gx10-b", f"rm {MODEL_DIR}/{SHARD}")
+    run = _model(gx10_model_margin_bytes=1 << 60)
+    assert not run.ok
+    messages = {t.host: t.message for t in run.failed_tasks}
+    assert "gx10-b" in messages, messages
+    assert "not enough free disk" in messages["gx10-b"]
+    assert "nothing was fetched" in messages["gx10-b"]
+    assert node_sh("gx10-b", f"ls {MODEL_DIR}/{SHARD}* 2>/dev/null", check=False) == ""
+    # The head had nothing to do and is untouched; no peer server was started.
+    assert "gx10-a" not in messages
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"path": "../escape.json"}, "'..' component, which could escape the model directory"),
+        ({"sha256": "abc"}, "is not a sha256"),
+    ],
+)
+def test_a_bad_manifest_fails_on_the_controller(
+    synced: ProvisionResult, tmp_path: Path, change: dict[str, str], expected: str
+) -> None:
+    document = yaml.safe_load(MANIFEST_FILE.read_text())
+    shard = next(f for f in document["files"] if f["kind"] == "lfs")
+    shard.update(change)
+    bad = tmp_path / "manifest.yml"
+    bad.write_text(yaml.safe_dump(document, sort_keys=False))
+    run = _model(gx10_model_manifest=str(bad))
+    assert not run.ok
+    message = " ".join(t.message for t in run.failed_tasks)
+    assert "model plan refused" in message
+    assert expected in message
+    assert run.changed_total == 0
+
+
+def test_warm_reapply_is_a_fraction_of_a_full_verify(synced: ProvisionResult) -> None:
+    """A benchmark figure, printed, not asserted beyond the cache being used."""
+    started = time.monotonic()
+    full = _model(gx10_model_reverify=True)
+    full_s = time.monotonic() - started
+    assert full.ok, full.failed_tasks
+    started = time.monotonic()
+    warm = _model()
+    warm_s = time.monotonic() - started
+    assert warm.ok, warm.failed_tasks
+    assert warm.changed_total == 0
+    full_fetch = _results(full, FETCH_TASK)["gx10-a"]
+    warm_fetch = _results(warm, FETCH_TASK)["gx10-a"]
+    assert full_fetch["bytes_hashed"] == TOTAL
+    assert warm_fetch["bytes_hashed"] == 0
+    print(
+        f"\nmodel stage, full verify (reverify): {full_s:.2f} s wall, head module "
+        f"{full_fetch['seconds']:.3f} s hashing {TOTAL} bytes; warm re-apply: {warm_s:.2f} s wall, "
+        f"head module {warm_fetch['seconds']:.3f} s "
+        f"({warm_fetch['seconds'] / max(full_fetch['seconds'], 1e-9):.1%} of the full verify)"
+    )
