@@ -56,6 +56,9 @@ def _sha256(node: str, path: str) -> str:
 
 @pytest.fixture(scope="module")
 def synced(lab_up: lab.LabStatus) -> ProvisionResult:
+    # Workers copy over rail 0: the rails first (the lab may just have been rebuilt).
+    rails = provision(LAB_INVENTORY, "site.yml", tags=["network"])
+    assert rails.ok, rails.failed_tasks
     result = _model()
     assert result.ok, result.failed_tasks
     return result
