@@ -35,7 +35,12 @@ RAIL_KEYS = ("name", "netdev", "subnet")
 OPTIONAL_RAIL_KEYS = ("addresses",)
 # Cluster-wide variables: every node must see the same value (both ends of a link must agree).
 CLUSTER_VARS = ("gx10_rails", "gx10_rail_mtu")
-NODE_VARS = (*CLUSTER_VARS, "gx10_node_id", "gx10_mgmt_interface")
+# The GPU clock policy (the gpu_clock role's inputs) is checked here too, so a bad value stops the
+# run before any node changes.
+CLOCK_VARS = ("gpu_clock_sm_mhz", "gpu_clock_min_mhz")
+NODE_VARS = (*CLUSTER_VARS, "gx10_node_id", "gx10_mgmt_interface", *CLOCK_VARS)
+DEFAULT_CLOCK_MIN_MHZ = 208
+CLOCK_MAX_MHZ = 5000
 
 _SAME_SUBNET_WHY = (
     "on one subnet the kernel routes all traffic through one twin, so NCCL fails or runs at half "
@@ -217,6 +222,8 @@ def _analyse(
     result.node_ids = _check_node_ids(result.nodes, node_vars, errors)
     for rail in result.rails:
         _check_addresses(rail, result.nodes, result.node_ids, errors)
+    for host in result.nodes:
+        _check_clock_policy(host, node_vars[host], errors)
     return result
 
 
@@ -532,6 +539,35 @@ def _check_node_ids(
         owner[value] = host
         node_ids[host] = value
     return node_ids
+
+
+def _check_clock_policy(host: str, host_vars: Mapping[str, Any], errors: list[str]) -> None:
+    """gpu_clock_sm_mhz: an int (or digit string) of MHz, or 'unlocked'; above the minimum."""
+    low = _value(host_vars, "gpu_clock_min_mhz")
+    if low is _MISSING:
+        low = DEFAULT_CLOCK_MIN_MHZ
+    elif not (_is_int(low) or (isinstance(low, str) and low.isdigit())) or not (
+        100 <= int(low) <= CLOCK_MAX_MHZ
+    ):
+        errors.append(
+            f"gpu_clock_min_mhz on host {host} is {_show(low)}: it must be a clock in MHz between "
+            f"100 and {CLOCK_MAX_MHZ}, e.g. gpu_clock_min_mhz: {DEFAULT_CLOCK_MIN_MHZ} (the GB10's "
+            "idle SM clock)."
+        )
+        return
+    cap = _value(host_vars, "gpu_clock_sm_mhz")
+    if cap is _MISSING or (isinstance(cap, str) and cap.strip().lower() == "unlocked"):
+        return
+    if (_is_int(cap) or (isinstance(cap, str) and cap.strip().isdigit())) and (
+        int(low) <= int(cap) <= CLOCK_MAX_MHZ
+    ):
+        return
+    errors.append(
+        f"gpu_clock_sm_mhz on host {host} is {_show(cap)}: set an SM clock cap in MHz between "
+        f"gpu_clock_min_mhz ({int(low)}) and {CLOCK_MAX_MHZ}, e.g. gpu_clock_sm_mhz: 2000 (the "
+        "reference deployment's efficiency optimum), or 'unlocked' to leave the clock to the "
+        "driver."
+    )
 
 
 def _origin(host: str, defaulted: set[str]) -> str:

@@ -657,3 +657,37 @@ def test_rail_plan_filter_fails_with_every_error() -> None:
 def test_rail_plan_filter_rejects_swapped_arguments() -> None:
     with pytest.raises(AnsibleFilterError, match="expects hostvars"):
         rail_plan(["gx10-a"], TWO)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("cap", [2000, "2400", "unlocked", "Unlocked", 208, 5000, None])
+def test_clock_policy_accepted(cap: Any) -> None:
+    assert errors_of(per_host={"gx10-b": {"gpu_clock_sm_mhz": cap}}) == []
+
+
+@pytest.mark.parametrize(
+    ("cap", "shown"),
+    [
+        ("fast", "'fast'"),
+        (0, "0"),
+        (207, "207"),
+        (9000, "9000"),
+        (2000.5, "2000.5"),
+        (True, "True"),
+    ],
+)
+def test_clock_policy_rejected_with_the_fix(cap: Any, shown: str) -> None:
+    error = one_error(per_host={"gx10-b": {"gpu_clock_sm_mhz": cap}})
+    assert error.startswith(f"gpu_clock_sm_mhz on host gx10-b is {shown}:"), error
+    assert "between gpu_clock_min_mhz (208) and 5000" in error
+    assert "'unlocked'" in error
+
+
+def test_clock_policy_below_its_own_minimum() -> None:
+    error = one_error(per_host={"gx10-a": {"gpu_clock_sm_mhz": 1000, "gpu_clock_min_mhz": 1200}})
+    assert "gpu_clock_sm_mhz on host gx10-a is 1000" in error
+    assert "gpu_clock_min_mhz (1200)" in error
+
+
+def test_clock_minimum_must_be_a_clock() -> None:
+    error = one_error(per_host={"gx10-a": {"gpu_clock_min_mhz": "low"}})
+    assert error.startswith("gpu_clock_min_mhz on host gx10-a is 'low'"), error
