@@ -101,6 +101,14 @@ class ProvisionResult:
         }
 
 
+def with_controller(limit: str | None) -> str | None:
+    """A node limit plus `localhost`, where the pipeline's controller-side plays run."""
+    if not limit or limit.strip() in ("all", "*"):
+        return limit
+    patterns = [p.strip() for p in limit.replace(":", ",").split(",") if p.strip()]
+    return limit if "localhost" in patterns else f"{limit},localhost"
+
+
 def provision(
     inventory: PathLike,
     playbook: PathLike = "site.yml",
@@ -116,6 +124,9 @@ def provision(
     artifact_dir: PathLike | None = None,
 ) -> ProvisionResult:
     """Run `playbook` against `inventory` with the project's ansible.cfg.
+
+    `limit` selects nodes; the controller's own plays (validate, smoke) always run, so
+    `localhost` is added to it.
 
     `artifact_dir` is the root that ansible-runner uses as its private data dir; each run writes
     `<root>/artifacts/<ident>/`. Without it a fresh temporary directory is used and kept, so the
@@ -138,7 +149,7 @@ def provision(
                 inventory=str(inventory_path),
                 envvars=envvars,
                 extravars=dict(extravars) if extravars else None,
-                limit=limit,
+                limit=with_controller(limit),
                 tags=_join(tags),
                 skip_tags=_join(skip_tags),
                 verbosity=verbosity or None,

@@ -133,3 +133,104 @@ def test_an_unverified_checkpoint_is_refused_before_any_restart(served: Provisio
     again = _serve()
     assert again.ok, again.failed_tasks
     assert again.changed_total == 0
+
+
+def _messages(result: ProvisionResult) -> str:
+    return " ".join(t.message for t in result.failed_tasks)
+
+
+def test_waiting_prints_each_ranks_log_tail(served: ProvisionResult) -> None:
+    """The lab reports progress every 2 s and the simulator boots in 3 s: a restart shows the
+    rank's log lines while it waits (in ansible-playbook's own output)."""
+    node_sh("gx10-a", f"docker kill {CONTAINER} >/dev/null")
+    result = _serve()
+    assert result.ok, result.failed_tasks
+    stdout = (result.artifact_dir / "stdout").read_text()
+    assert f"[gx10-a] {CONTAINER}: not ready after" in stdout
+    assert "last log lines:" in stdout
+
+
+def test_master_port_in_use_fails_clearly_and_stops_the_workers(served: ProvisionResult) -> None:
+    """Something else holds the head's master port: the head fails as torch does, the workers
+    are stopped (a headless worker cannot rejoin a later head), and freeing it recovers."""
+    node_sh("gx10-a", f"docker rm -f {CONTAINER} >/dev/null")
+    squatter = node_sh(
+        "gx10-a",
+        "nohup python3 -c 'import socket, time; s = socket.socket(); "
+        's.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 29500)); '
+        "s.listen(); time.sleep(300)' >/dev/null 2>&1 & echo $!",
+    ).strip()
+    try:
+        result = _serve()
+        assert not result.ok
+        message = _messages(result)
+        assert "port: 29500" in message, message
+        assert "EADDRINUSE" in message
+        assert "the workers were stopped too" in message
+        assert not _container_id("gx10-a")
+        assert not _container_id("gx10-b")
+    finally:
+        node_sh("gx10-a", f"kill {squatter}", check=False)
+    again = _serve()
+    assert again.ok, again.failed_tasks
+
+
+def test_a_head_without_its_worker_times_out_clearly(served: ProvisionResult) -> None:
+    """Only the head is launched (the worker is left out with --limit): it must give up after
+    the rendezvous timeout with torch's message naming the missing rank, not hang."""
+    short = {
+        "GX10_SIM_SYSFS_ROOT": "/run/gx10-sim/sys",
+        "GX10_SIM_BOOT_SECONDS": "3",
+        "GX10_SIM_RENDEZVOUS_TIMEOUT": "8",
+    }
+    node_sh("gx10-b", f"docker rm -f {CONTAINER} >/dev/null")
+    node_sh("gx10-a", f"docker rm -f {CONTAINER} >/dev/null")
+    # provision() adds localhost, where the validate play runs.
+    result = provision(
+        LAB_INVENTORY,
+        "serve.yml",
+        limit="gx10-a",
+        extravars={"vllm_serve_extra_env": short},
+    )
+    assert not result.ok
+    message = _messages(result)
+    assert "Timed out after 9 seconds waiting for clients" in message, message
+    assert "Missing node rank(s): 1" in message
+    assert not _container_id("gx10-a")
+    again = _serve()
+    assert again.ok, again.failed_tasks
+
+
+def test_a_pinned_digest_the_registry_lacks_changes_nothing(served: ProvisionResult) -> None:
+    before = {n: _container_id(n) for n in ("gx10-a", "gx10-b")}
+    wrong = "sha256:" + "0" * 64
+    result = _serve(vllm_image_digest=wrong)
+    assert not result.ok
+    assert wrong in _messages(result)
+    assert {n: _container_id(n) for n in ("gx10-a", "gx10-b")} == before
+
+
+def test_stop_takes_the_head_then_the_workers_down_by_name(served: ProvisionResult) -> None:
+    up = _serve()
+    assert up.ok, up.failed_tasks
+    # An unrelated container on the head must survive: stop.yml never matches by pattern.
+    node_sh(
+        "gx10-a",
+        "docker run -d --name gx10-vllm-scratch --entrypoint sleep "
+        "$(docker inspect -f '{{.Config.Image}}' gx10-vllm) 300 >/dev/null",
+    )
+    try:
+        stopped = provision(LAB_INVENTORY, "stop.yml")
+        assert stopped.ok, stopped.failed_tasks
+        assert stopped.hosts["gx10-a"].changed == 1
+        assert stopped.hosts["gx10-b"].changed == 1
+        assert not _container_id("gx10-a")
+        assert not _container_id("gx10-b")
+        assert node_sh("gx10-a", "docker ps -q --filter name=^gx10-vllm-scratch$").strip()
+        again = provision(LAB_INVENTORY, "stop.yml")
+        assert again.ok
+        assert again.changed_total == 0
+    finally:
+        node_sh("gx10-a", "docker rm -f gx10-vllm-scratch >/dev/null", check=False)
+    restarted = _serve()
+    assert restarted.ok, restarted.failed_tasks

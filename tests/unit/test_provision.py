@@ -27,7 +27,7 @@ from gx10 import (
     provision,
 )
 from gx10.paths import project_home
-from gx10.provision import resolve_inventory, task_message
+from gx10.provision import resolve_inventory, task_message, with_controller
 
 
 @dataclass(frozen=True)
@@ -345,3 +345,19 @@ def test_task_message_keeps_the_tail_of_long_output() -> None:
     message = task_message({"stderr": "x" * 1000 + "the actual error"})
     assert message.endswith("the actual error")
     assert len(message) == 501
+
+
+@pytest.mark.parametrize(
+    ("limit", "expected"),
+    [
+        (None, None),
+        ("", ""),
+        ("all", "all"),
+        ("gx10-a", "gx10-a,localhost"),
+        ("gx10-a,gx10-b", "gx10-a,gx10-b,localhost"),
+        ("gx10-a:localhost", "gx10-a:localhost"),
+        ("localhost,gx10-b", "localhost,gx10-b"),
+    ],
+)
+def test_a_node_limit_keeps_the_controller_plays(limit: str | None, expected: str | None) -> None:
+    assert with_controller(limit) == expected

@@ -24,7 +24,12 @@ options:
     description: A Python regular expression a log line must match.
     type: str
   url:
-    description: A URL that must answer with I(status).
+    description: URLs that must each answer with I(status) (one URL or a list).
+    type: list
+    elements: str
+  api_key:
+    description: >-
+      Sent as C(Authorization: Bearer) to every I(url) (vLLM's C(--api-key)); never logged.
     type: str
   status:
     description: The HTTP status I(url) must answer with.
@@ -42,6 +47,17 @@ options:
     description: Log lines to return.
     type: int
     default: 40
+  progress_interval:
+    description:
+      - Seconds between progress reports while waiting; each prints the container's last
+        I(progress_lines) log lines on the controller (the action plugin waits in slices of this
+        length). C(0) waits silently.
+    type: int
+    default: 30
+  progress_lines:
+    description: Log lines each progress report shows.
+    type: int
+    default: 5
 author:
   - gx10 maintainers
 """
@@ -59,6 +75,10 @@ elapsed:
   description: Seconds waited.
   returned: always
   type: float
+timed_out:
+  description: Whether the wait ran out of time (the container was alive but not ready).
+  returned: always
+  type: bool
 log_tail:
   description: The last I(tail) log lines.
   returned: always
@@ -90,9 +110,12 @@ def _logs(container: str, tail: int | None = None) -> list[str]:
     return (proc.stdout + proc.stderr).splitlines()
 
 
-def _http_status(url: str) -> int | None:
+def _http_status(url: str, api_key: str | None = None) -> int | None:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=5
+        ) as resp:
             return int(resp.status)
     except urllib.error.HTTPError as exc:
         return int(exc.code)
@@ -101,7 +124,7 @@ def _http_status(url: str) -> int | None:
 
 
 def wait(params: dict[str, Any], clock: Any = time) -> tuple[bool, str, float, list[str]]:
-    """Returns (ready, reason, elapsed, log tail)."""
+    """Returns (ready, reason, elapsed, log tail); a timeout's reason starts "timed out"."""
     container, tail = params["container"], params["tail"]
     pattern = re.compile(params["log_regex"]) if params.get("log_regex") else None
     started = clock.monotonic()
@@ -113,7 +136,11 @@ def wait(params: dict[str, Any], clock: Any = time) -> tuple[bool, str, float, l
         if state != "running":
             return False, f"container {container} is {state}", elapsed, _logs(container, tail)
         log_ok = pattern is None or any(pattern.search(line) for line in _logs(container))
-        url_ok = not params.get("url") or _http_status(params["url"]) == params["status"]
+        urls = params.get("url") or []
+        pending = [
+            url for url in urls if _http_status(url, params.get("api_key")) != params["status"]
+        ]
+        url_ok = not pending
         if log_ok and url_ok:
             return True, "ready", elapsed, _logs(container, tail)
         if elapsed >= params["timeout"]:
@@ -121,7 +148,7 @@ def wait(params: dict[str, Any], clock: Any = time) -> tuple[bool, str, float, l
             if not log_ok:
                 waiting.append(f"a log line matching {params['log_regex']!r}")
             if not url_ok:
-                waiting.append(f"{params['url']} to answer {params['status']}")
+                waiting.append(f"{' and '.join(pending)} to answer {params['status']}")
             reason = f"timed out after {params['timeout']} s waiting for {' and '.join(waiting)}"
             return False, reason, elapsed, _logs(container, tail)
         clock.sleep(params["interval"])
@@ -132,17 +159,25 @@ def main() -> None:
         argument_spec={
             "container": {"type": "str", "required": True},
             "log_regex": {"type": "str"},
-            "url": {"type": "str"},
+            "url": {"type": "list", "elements": "str"},
             "status": {"type": "int", "default": 200},
+            "api_key": {"type": "str", "no_log": True},
             "timeout": {"type": "int", "default": 900},
             "interval": {"type": "float", "default": 2},
             "tail": {"type": "int", "default": 40},
+            "progress_interval": {"type": "int", "default": 30},
+            "progress_lines": {"type": "int", "default": 5},
         },
         required_one_of=[("log_regex", "url")],
         supports_check_mode=True,
     )
     ready, reason, elapsed, tail = wait(module.params)
-    result = {"changed": False, "elapsed": round(elapsed, 1), "log_tail": tail}
+    result = {
+        "changed": False,
+        "elapsed": round(elapsed, 1),
+        "log_tail": tail,
+        "timed_out": reason.startswith("timed out"),
+    }
     if not ready:
         module.fail_json(msg=f"{reason}; last log lines:\n" + "\n".join(tail), **result)
     module.exit_json(**result)
