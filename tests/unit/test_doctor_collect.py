@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -513,3 +514,20 @@ def test_measure_bandwidth_without_a_report_says_why(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(c, "provision", fake_provision)
     with pytest.raises(Gx10Error, match=r"reported nothing .*gx10-a Check the bandwidth settings"):
         c.measure_bandwidth("inv")
+
+
+def test_the_clock_tools_record_is_exact() -> None:
+    def show(applied: object, session: object = None, rc: int = 0) -> dict[str, object]:
+        body = {"policy": 2000, "applied": applied, "session": session, "clocks": {}}
+        return {"rc": rc, "stdout": json.dumps(body)}
+
+    assert c._clock_record(show(2000)) == (True, 2000, None)
+    assert c._clock_record(show("unlocked")) == (True, None, None)
+    assert c._clock_record(show(None)) == (False, None, None)
+    assert c._clock_record(show(2800, {"owner": "gx10 bench", "pid": 7})) == (
+        True,
+        2800,
+        "gx10 bench (pid 7)",
+    )
+    assert c._clock_record(show(2000, rc=127)) == (False, None, None)
+    assert c._clock_record({"rc": 0, "stdout": "not json"}) == (False, None, None)

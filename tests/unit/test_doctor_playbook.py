@@ -59,7 +59,8 @@ def node_sysfs(root: Path, node: str) -> None:
 
 @pytest.fixture
 def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The inventory's directory; nvidia-smi (simulated) on PATH, clock locked at 2000 MHz."""
+    """The inventory's directory; nvidia-smi (simulated) on PATH, clock locked at 2400 MHz (the
+    policy is the default 2000 MHz: a cap left behind)."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     wrapper = bindir / "nvidia-smi"
@@ -68,7 +69,7 @@ def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     state = tmp_path / "gpu"
     state.mkdir()
     (state / "load").write_text("1.0\n")
-    (state / "locked_clocks").write_text("2000,2000\n")
+    (state / "locked_clocks").write_text("2400,2400\n")
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     monkeypatch.setenv("GX10_SIM_STATE_DIR", str(state))
     monkeypatch.setenv("GX10_HOME", str(ROOT))
@@ -115,7 +116,10 @@ def test_evidence_of_both_nodes(lab: Path) -> None:
         assert {rail.rdma_dev for rail in ev.rails} == {"rocep1s0f0", "roceP2p1s0f0"}
         for table in ev.gid_tables.values():
             assert [e["index"] for e in table] == [0, 1, 2, 3]
-        assert ev.sm_clock_cap_mhz == 2000  # the simulated lock holds the clock under load
+        assert ev.sm_clock_cap_mhz is not None
+        assert abs(ev.sm_clock_cap_mhz - 2400) <= 13  # read off the loaded GPU, quantized
+        assert ev.sm_clock_policy_mhz == 2000
+        assert not ev.sm_clock_cap_recorded
         # No such container here; where docker does not answer, that is named instead.
         assert [(c.name, c.state) for c in ev.containers] == [
             ("gx10-doctor-test-no-such-container", "missing")

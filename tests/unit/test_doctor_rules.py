@@ -256,7 +256,7 @@ FAULTS: dict[str, Case] = {
         lambda t, _p: cluster(t, "gx10-a", sm_clock_cap_mhz=1400),
         r.CLOCK_CAP_LEFT,
         "gx10-a",
-        "nvidia-smi -rgc",
+        "gx10-gpu-clock apply",
     ),
 }
 
@@ -392,3 +392,45 @@ def test_renderers(plan: dict[str, Any], tables: dict[str, Any]) -> None:
     console = Console(record=True, width=200)
     print_findings(console, [])
     assert "no known fault found" in console.export_text()
+
+
+def test_clock_cap_within_the_clock_step_is_the_policy(tables: Any, plan: Any) -> None:
+    read = cluster(tables, "gx10-a", sm_clock_cap_mhz=1996, sm_clock_policy_mhz=2000)
+    assert not [f for f in diagnose(read, plan) if f.code == r.CLOCK_CAP_LEFT]
+    # The tool's record is exact: no tolerance.
+    recorded = cluster(
+        tables,
+        "gx10-a",
+        sm_clock_cap_mhz=1996,
+        sm_clock_policy_mhz=2000,
+        sm_clock_cap_recorded=True,
+    )
+    assert [f.node for f in diagnose(recorded, plan) if f.code == r.CLOCK_CAP_LEFT] == ["gx10-a"]
+
+
+def test_policy_reset_is_reported_when_the_tool_recorded_it(tables: Any, plan: Any) -> None:
+    evs = cluster(
+        tables,
+        "gx10-b",
+        sm_clock_cap_mhz=None,
+        sm_clock_policy_mhz=2000,
+        sm_clock_cap_recorded=True,
+    )
+    found = [f for f in diagnose(evs, plan) if f.code == r.CLOCK_CAP_LEFT]
+    assert [f.node for f in found] == ["gx10-b"]
+    assert "without the policy's 2000 MHz cap" in found[0].summary
+
+
+def test_a_benchmark_session_is_named_not_blamed(tables: Any, plan: Any) -> None:
+    evs = cluster(
+        tables,
+        "gx10-a",
+        sm_clock_cap_mhz=2800,
+        sm_clock_policy_mhz=2000,
+        sm_clock_cap_recorded=True,
+        clock_session="gx10 bench me@ctl (pid 42)",
+    )
+    found = [f for f in diagnose(evs, plan) if f.code == r.CLOCK_CAP_LEFT]
+    assert len(found) == 1
+    assert "a benchmark holds the GPU clock at 2800 MHz" in found[0].summary
+    assert "gx10 bench me@ctl (pid 42)" in found[0].evidence

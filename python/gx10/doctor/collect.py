@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import ipaddress
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -184,6 +185,10 @@ def parse_evidence(node: str, raw: Mapping[str, Any] | None) -> Evidence:
     problems: list[str] = []
     gid = _section(raw, "gid")
     rdma_devs, gid_tables = _gid(gid, problems)
+    inferred = _clock_cap(_section(raw, "clocks"), _section(raw, "clock_lock"), problems)
+    recorded, cap, session = _clock_record(_section(raw, "clock_tool"))
+    if not recorded:
+        cap = inferred
     return Evidence(
         node=node,
         reachable=True,
@@ -197,8 +202,10 @@ def parse_evidence(node: str, raw: Mapping[str, Any] | None) -> Evidence:
         bandwidth_degraded_band=_band(
             _section(raw, "bandwidth_thresholds").get("degraded_band_gbps")
         ),
-        sm_clock_cap_mhz=_clock_cap(_section(raw, "clocks"), _section(raw, "clock_lock"), problems),
+        sm_clock_cap_mhz=cap,
         sm_clock_policy_mhz=_int(raw.get("sm_clock_policy_mhz")),
+        sm_clock_cap_recorded=recorded,
+        clock_session=session,
         problems=tuple(problems),
         endpoint=str(raw["endpoint"]).strip() if raw.get("endpoint") else None,
     )
@@ -407,6 +414,31 @@ def _band(value: object) -> tuple[float, float] | None:
     if low is None or high is None or low > high:
         return None
     return (low, high)
+
+
+def _clock_record(tool: Mapping[str, Any]) -> tuple[bool, int | None, str | None]:
+    """(recorded, cap, session owner) from `gx10-gpu-clock show`, where the tool is installed
+    and has applied a cap; (False, None, owner) when it has no record (then the cap is read off
+    the GPU)."""
+    if _int(tool.get("rc")) != 0:
+        return False, None, None
+    try:
+        shown = json.loads(str(tool.get("stdout") or ""))
+    except ValueError:
+        return False, None, None
+    if not isinstance(shown, Mapping):
+        return False, None, None
+    session = shown.get("session")
+    owner = None
+    if isinstance(session, Mapping):
+        owner = f"{session.get('owner', 'unknown')} (pid {session.get('pid', '?')})"
+    applied = shown.get("applied")
+    if applied is None:
+        return False, None, owner
+    if str(applied).lower() == "unlocked":
+        return True, None, owner
+    cap = _int(applied)
+    return (cap is not None), cap, owner
 
 
 def _clock_cap(

@@ -106,6 +106,10 @@ class Evidence:
     bandwidth_degraded_band: tuple[float, float] | None = None
     sm_clock_cap_mhz: int | None = None  # locked SM clock now; None: not locked
     sm_clock_policy_mhz: int | None = None  # the cap the policy wants; None: no cap
+    # The cap as gx10-gpu-clock recorded it (exact), rather than read off a loaded GPU's clock
+    # (quantized to the GPU's clock steps); and who holds the node's benchmark lock, if anyone.
+    sm_clock_cap_recorded: bool = False
+    clock_session: str | None = None
     # What could not be gathered, and why (a missing env file, docker not answering, ...); for
     # an unreachable node, why it did not answer.
     problems: tuple[str, ...] = ()
@@ -505,17 +509,51 @@ def _container_states(ev: Evidence) -> str:
     return ", ".join(f"{c.name} {c.state}" for c in ev.containers) or "no serving container"
 
 
+# A cap read off a loaded GPU's clock is quantized (GB10: 6.5 MHz steps, truncated) and jitters.
+CLOCK_TOLERANCE_MHZ = 13
+
+
 def rule_clock_cap(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
     for ev in _reachable(evs):
         cap, policy = ev.sm_clock_cap_mhz, ev.sm_clock_policy_mhz
-        if cap is not None and cap != policy:
+        tolerance = 0 if ev.sm_clock_cap_recorded else CLOCK_TOLERANCE_MHZ
+        if cap == policy or (
+            cap is not None and policy is not None and abs(cap - policy) <= tolerance
+        ):
+            continue
+        now = f"{cap} MHz" if cap is not None else "no cap"
+        wanted = f"{policy} MHz" if policy is not None else "no cap (unlocked)"
+        how = "as gx10-gpu-clock recorded it" if ev.sm_clock_cap_recorded else "read under load"
+        if ev.clock_session:
+            yield Finding(
+                CLOCK_CAP_LEFT,
+                "warning",
+                ev.node,
+                f"a benchmark holds the GPU clock at {now} (its sweep point); it restores the "
+                "policy when it ends",
+                f"session: {ev.clock_session}; policy {wanted}",
+                "nothing to do while it runs; if no benchmark is running, stop the session's "
+                "process on the node and it restores the cap",
+            )
+        elif cap is not None:
             yield Finding(
                 CLOCK_CAP_LEFT,
                 "warning",
                 ev.node,
                 f"the GPU SM clock is locked at {cap} MHz, left behind by a benchmark or test",
-                f"locked {cap} MHz, policy {f'{policy} MHz' if policy else 'no cap'}",
-                "reset it with `nvidia-smi -rgc` (or rerun the stage that sets the policy)",
+                f"locked {now} ({how}), policy {wanted}",
+                "re-apply the policy: `ansible-playbook playbooks/site.yml --tags clock` "
+                "(or on the node `gx10-gpu-clock apply`)",
+            )
+        elif ev.sm_clock_cap_recorded:
+            yield Finding(
+                CLOCK_CAP_LEFT,
+                "warning",
+                ev.node,
+                f"the GPU runs without the policy's {policy} MHz cap (reset by a test or tool)",
+                f"applied: no cap ({how}), policy {wanted}",
+                "re-apply the policy: `ansible-playbook playbooks/site.yml --tags clock` "
+                "(or on the node `gx10-gpu-clock apply`)",
             )
 
 
