@@ -196,6 +196,10 @@ class _LabApi(Protocol):
 
     def throttle(self, node: str, netdev: str, rate: str | None) -> str: ...
 
+    def heat(
+        self, node: str, offset_c: float | None, tau_s: float | None = None
+    ) -> Mapping[str, float | None]: ...
+
 
 def _add_lab(
     commands: argparse._SubParsersAction[_Parser],
@@ -233,6 +237,49 @@ def _add_lab(
     how.add_argument("--rate", help="a tc rate, e.g. 300mbit")
     how.add_argument("--clear", action="store_true", help="remove the throttle")
     throttle.set_defaults(handler=_run_lab_throttle)
+    # Test equipment for the thermal checks: the nvidia-smi simulator's temperature model.
+    heat = actions.add_parser(
+        "heat",
+        parents=[json_option],
+        help="warm NODE's simulated GPU by --offset degrees C, or --clear it",
+        description=(
+            "Set the nvidia-smi simulator's ambient offset (degrees C added to its temperature "
+            "model; +25 takes a loaded node past 84 C and keeps an idle one above 70 C) and its "
+            "thermal time constant in NODE. --clear removes both (offset 0, tau 30 s); a call "
+            "without --tau puts the time constant back to its default."
+        ),
+    )
+    heat.add_argument("node", metavar="NODE", help="a lab node, e.g. gx10-b")
+    how = heat.add_mutually_exclusive_group(required=True)
+    how.add_argument("--offset", type=_celsius, metavar="C", help="degrees C, e.g. 25 or -5")
+    how.add_argument("--clear", action="store_true", help="remove the offset (and --tau)")
+    heat.add_argument(
+        "--tau",
+        type=_seconds,
+        metavar="SECONDS",
+        help="thermal time constant (default 30, 0: none)",
+    )
+    heat.set_defaults(handler=_run_lab_heat)
+
+
+def _celsius(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not -100.0 <= value <= 100.0:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"expected degrees C in -100..100, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 86400.0:
+        raise argparse.ArgumentTypeError(f"expected seconds in 0..86400, got {text!r}")
+    return value
 
 
 def _run_lab_up(args: argparse.Namespace) -> int:
@@ -281,6 +328,20 @@ def _run_lab_throttle(args: argparse.Namespace) -> int:
         _print_json({"node": args.node, "netdev": args.netdev, "rate": rate, "qdisc": qdisc})
     else:
         print(f"{args.node} {args.netdev}: {qdisc or 'no qdisc'}")
+    return EXIT_OK
+
+
+def _run_lab_heat(args: argparse.Namespace) -> int:
+    offset = None if args.clear else args.offset
+    with _stdout_for(args):
+        settings = _lab("heat").heat(args.node, offset, args.tau)
+    offset_now, tau_now = settings.get("ambient_offset_c"), settings.get("thermal_tau_s")
+    if args.json:
+        _print_json({"node": args.node, "ambient_offset_c": offset_now, "thermal_tau_s": tau_now})
+    else:
+        offset_text = "none" if offset_now is None else f"{offset_now:+g} C"
+        tau_text = "30 s (default)" if tau_now is None else f"{tau_now:g} s"
+        print(f"{args.node}: GPU ambient offset {offset_text}, thermal time constant {tau_text}")
     return EXIT_OK
 
 

@@ -6,6 +6,7 @@ The playbooks and inventories (the `home` fixture) come from conftest.py and min
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import types
 from dataclasses import asdict, dataclass
@@ -16,6 +17,8 @@ import pytest
 from cli_helpers import Invocation, invoke
 
 from gx10.cli import main
+from gx10.lab import manager
+from gx10.lab.errors import LabError
 from gx10.progress import ProgressLine, describe_event
 
 
@@ -325,3 +328,102 @@ def test_lab_module_without_the_api_exits_1(monkeypatch: pytest.MonkeyPatch) -> 
     run = invoke(["lab", "status"])
     assert run.code == 1
     assert run.stderr == "gx10: error: the lab is not available: gx10.lab has no up, down, status\n"
+
+
+def test_lab_heat_sets_and_clears_the_gpu_offset(lab: types.SimpleNamespace) -> None:
+    module = sys.modules["gx10.lab"]
+
+    def heat(node: str, offset_c: float | None, tau_s: float | None = None) -> dict[str, Any]:
+        print(f"heating {node}")
+        lab.calls.append(("heat", node, offset_c, tau_s))
+        return {"ambient_offset_c": offset_c, "thermal_tau_s": tau_s}
+
+    module.heat = heat  # type: ignore[attr-defined]
+    run = invoke(["lab", "heat", "gx10-b", "--offset", "25"])
+    assert run.code == 0
+    assert run.stdout == (
+        "heating gx10-b\ngx10-b: GPU ambient offset +25 C, thermal time constant 30 s (default)\n"
+    )
+    run = invoke(["lab", "heat", "gx10-a", "--offset=-5.5", "--tau", "0"])
+    assert run.stdout.endswith("gx10-a: GPU ambient offset -5.5 C, thermal time constant 0 s\n")
+    cleared = invoke(["lab", "heat", "gx10-b", "--clear", "--json"])
+    assert json.loads(cleared.stdout) == {
+        "node": "gx10-b",
+        "ambient_offset_c": None,
+        "thermal_tau_s": None,
+    }
+    assert cleared.stderr == "heating gx10-b\n"
+    assert lab.calls == [
+        ("heat", "gx10-b", 25.0, None),
+        ("heat", "gx10-a", -5.5, 0.0),
+        ("heat", "gx10-b", None, None),
+    ]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["gx10-b"],  # --offset or --clear is required
+        ["gx10-b", "--offset", "25", "--clear"],
+        ["gx10-b", "--offset", "hot"],
+        ["gx10-b", "--offset", "nan"],
+        ["gx10-b", "--offset", "150"],
+        ["gx10-b", "--offset", "20", "--tau", "-1"],
+        ["gx10-b", "--clear", "--tau", "inf"],
+        ["--offset", "20"],  # NODE is required
+    ],
+)
+def test_lab_heat_refuses_bad_arguments(lab: types.SimpleNamespace, args: list[str]) -> None:
+    module = sys.modules["gx10.lab"]
+    module.heat = lambda *a: lab.calls.append(a)  # type: ignore[attr-defined]
+    with pytest.raises(SystemExit) as info:
+        invoke(["lab", "heat", *args])
+    assert info.value.code == 1
+    assert lab.calls == []
+
+
+def test_lab_heat_writes_the_simulator_state_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gx10.lab.heat's script, run here with sh instead of in a node with docker exec."""
+    state_dir = tmp_path / "nvidia-smi"
+    commands: list[tuple[str, ...]] = []
+
+    def node_exec(node: str, *args: str, timeout: float = 60, check: bool = True) -> str:
+        commands.append((node, *args))
+        assert args[:2] == ("sh", "-c")
+        assert args[4] == manager.NVIDIA_SMI_STATE_DIR
+        local = [*args[:4], str(state_dir), *args[5:]]
+        done = subprocess.run(local, capture_output=True, text=True, check=True, timeout=30)
+        return done.stdout.strip()
+
+    monkeypatch.setattr(manager, "_state", lambda name: "running")
+    monkeypatch.setattr(manager._docker, "node_exec", node_exec)
+    logs: list[str] = []
+    assert manager.heat("gx10-b", 25.0, 10.0, log=logs.append) == {
+        "ambient_offset_c": 25.0,
+        "thermal_tau_s": 10.0,
+    }
+    assert (state_dir / "ambient_offset_c").read_text() == "25.0\n"
+    assert (state_dir / "thermal_tau_s").read_text() == "10.0\n"
+    assert manager.heat("gx10-b", -3.0, log=logs.append) == {
+        "ambient_offset_c": -3.0,
+        "thermal_tau_s": None,  # no --tau: back to the default
+    }
+    assert not (state_dir / "thermal_tau_s").exists()
+    assert manager.heat("gx10-b", None, log=logs.append) == {
+        "ambient_offset_c": None,
+        "thermal_tau_s": None,
+    }
+    assert sorted(p.name for p in state_dir.iterdir()) == []
+    assert [c[0] for c in commands] == ["gx10-b"] * 3
+    assert logs[0] == "heating gx10-b's GPU by +25 C (time constant 10 s)"
+    assert logs[-1] == "clearing the GPU heat on gx10-b"
+    with pytest.raises(LabError, match="no lab node 'gx10-c'"):
+        manager.heat("gx10-c", 5.0)
+    with pytest.raises(LabError, match="outside"):
+        manager.heat("gx10-a", float("nan"))
+    monkeypatch.setattr(manager, "_state", lambda name: "exited")
+    with pytest.raises(LabError, match="run `gx10 lab up` first"):
+        manager.heat("gx10-a", 5.0)
+    assert len(commands) == 3

@@ -8,10 +8,14 @@ as /usr/bin/nvidia-smi in the lab containers), so it is loaded from its file.
 
 from __future__ import annotations
 
+import io
+import itertools
+import math
 import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -519,6 +523,366 @@ def test_load_file_is_read_and_clamped(sim_env: Path, text: str, load: float) ->
     set_load(sim_env, text)
     config = sim.SimConfig.from_env(os.environ)
     assert sim.load_state(config).load == load
+
+
+# --- the clock/power/thermal model ----------------------------------------------------------
+
+# FIELD_NOTES section 5, clock sweep under benchmark load: cap -> (power W, temperature C) for
+# reference nodes A and B; "unlocked" is no cap. Node A is silicon factor 1.0, node B 0.78.
+REFERENCE_SWEEP = {
+    2000: ((20.9, 67), (17.7, 62)),
+    2200: ((25.7, 68), (21.8, 65)),
+    2400: ((32.1, 69), (26.6, 65)),
+    2600: ((39.7, 72), (33.4, 71)),
+    2800: ((40.8, 73), (32.8, 69)),
+    None: ((42.7, 75), (35.7, 72)),
+}
+NODE_FACTORS = {"A": 1.0, "B": 0.78}
+T0 = 1_750_000_000.0  # an injected "now" for the thermal model
+
+
+def config() -> object:
+    return sim.SimConfig.from_env(os.environ)
+
+
+def write_state(state: Path, **files: object) -> None:
+    state.mkdir(parents=True, exist_ok=True)
+    for name, value in files.items():
+        (state / name).write_text(f"{value}\n", encoding="utf-8")
+
+
+def thermal_at(state: Path, temperature: float, when: float) -> None:
+    write_state(state, thermal=f"{temperature} {when}")
+
+
+def loaded(cap: int | None = None, **fields: object) -> object:
+    lock = None if cap is None else sim.ClockLock(208, cap)
+    return sim.GpuState(load=1.0, lock=lock, seed="s", **fields)
+
+
+def test_power_grows_with_clock_and_with_load() -> None:
+    caps = range(1000, 2501, 50)
+    by_clock = [sim.mean_power_w(loaded(cap), 50.0) for cap in caps]
+    assert all(a < b for a, b in itertools.pairwise(by_clock)), by_clock
+    loads = [n / 10 for n in range(11)]
+    by_load = [sim.mean_power_w(sim.GpuState(load=x, seed="s"), 50.0) for x in loads]
+    assert all(a < b for a, b in itertools.pairwise(by_load)), by_load
+    # Above the saturation point a cap changes nothing: the real clock stops near 2480.
+    assert sim.mean_power_w(loaded(2800), 50.0) == sim.mean_power_w(loaded(), 50.0)
+    # The readings follow the model, noise included.
+    for low, high in ((2000, 2400), (2200, 2800)):
+        mean = {
+            cap: sum(sim.sample(loaded(cap), T0 + n).power_draw_w for n in range(100)) / 100
+            for cap in (low, high)
+        }
+        assert mean[low] < mean[high]
+
+
+@pytest.mark.parametrize("node", ["A", "B"])
+@pytest.mark.parametrize("cap", list(REFERENCE_SWEEP))
+def test_steady_state_matches_the_reference_clock_sweep(node: str, cap: int | None) -> None:
+    power_ref, temperature_ref = REFERENCE_SWEEP[cap][0 if node == "A" else 1]
+    state = loaded(cap, silicon_factor=NODE_FACTORS[node])
+    readings = [sim.sample(state, T0 + n * 0.37) for n in range(300)]
+    power = sum(s.power_draw_w for s in readings) / len(readings)
+    temperature = sum(s.temperature_c for s in readings) / len(readings)
+    assert abs(power - power_ref) <= 0.15 * power_ref, (power, power_ref)
+    assert abs(temperature - temperature_ref) <= 0.15 * temperature_ref
+    assert abs(temperature - temperature_ref) <= 4.5, (temperature, temperature_ref)
+    assert all(s.event_reasons & sim.REASON_SW_THERMAL_SLOWDOWN == 0 for s in readings)
+
+
+def test_idle_and_the_hottest_loaded_point_bracket_the_field_notes() -> None:
+    idle = sim.GpuState(seed="s")
+    assert sim.equilibrium_temperature_c(idle) == pytest.approx(46.0, abs=0.5)
+    assert 6.5 <= sim.mean_power_w(idle, 46.0) <= 8.5
+    hottest = sim.equilibrium_temperature_c(loaded(silicon_factor=1.0))
+    assert 70.0 <= hottest < 80.0  # load 65-67 average, 80 peak, slowdown from 82
+
+
+def test_one_node_runs_cooler_deterministically() -> None:
+    factor_a = sim.silicon_factor(sim.GpuState(seed="gx10-a"))
+    factor_b = sim.silicon_factor(sim.GpuState(seed="gx10-b"))
+    assert factor_a == sim.silicon_factor(sim.GpuState(seed="gx10-a"))
+    assert all(0.78 <= f <= 1.0 for f in (factor_a, factor_b))
+    hot = sim.GpuState(load=1.0, seed="gx10-a")
+    cool = sim.GpuState(load=1.0, seed="gx10-b")
+    power_gap = sim.mean_power_w(hot, 60.0) - sim.mean_power_w(cool, 60.0)
+    heat_gap = sim.equilibrium_temperature_c(hot) - sim.equilibrium_temperature_c(cool)
+    assert 3.0 <= power_gap <= 10.0  # node B drew 7 W less unlocked
+    assert 2.0 <= heat_gap <= 8.0  # and ran 3-5 C cooler
+    factors = {sim.silicon_factor(sim.GpuState(seed=f"node-{n}")) for n in range(50)}
+    assert len(factors) > 40
+
+
+def test_temperature_follows_power_with_the_time_constant(sim_env: Path) -> None:
+    set_load(sim_env, "1")
+    thermal_at(sim_env, 46.0, T0)
+    target = sim.equilibrium_temperature_c(sim.load_state(config()))
+    assert target > 65
+    after_tau = sim.advance(config(), T0 + 30.0).temperature_c
+    assert (after_tau - 46.0) / (target - 46.0) == pytest.approx(1 - math.exp(-1), abs=0.01)
+    assert sim.read_thermal(sim_env) == sim.Thermal(pytest.approx(after_tau), T0 + 30.0)
+    # Small steps compound to the same curve: after 3 tau about 95% of the way.
+    for n in range(1, 61):
+        temperature = sim.advance(config(), T0 + 30.0 + n).temperature_c
+    assert (temperature - 46.0) / (target - 46.0) == pytest.approx(1 - math.exp(-3), abs=0.01)
+    # A long gap is steady state, whatever its length.
+    assert sim.advance(config(), T0 + 10**7).temperature_c == pytest.approx(target, abs=0.01)
+
+
+def test_the_time_constant_is_set_by_file_then_environment(
+    sim_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fraction_after_10_s() -> float:
+        thermal_at(sim_env, 46.0, T0)
+        target = sim.equilibrium_temperature_c(sim.load_state(config()))
+        return (sim.advance(config(), T0 + 10.0).temperature_c - 46.0) / (target - 46.0)
+
+    set_load(sim_env, "1")
+    assert fraction_after_10_s() == pytest.approx(1 - math.exp(-10 / 30))  # default 30 s
+    monkeypatch.setenv("GX10_SIM_THERMAL_TAU_S", "10")
+    assert fraction_after_10_s() == pytest.approx(1 - math.exp(-1))
+    write_state(sim_env, thermal_tau_s=5)  # the lab's switch wins over the environment
+    assert fraction_after_10_s() == pytest.approx(1 - math.exp(-2))
+    write_state(sim_env, thermal_tau_s=0)  # no lag at all
+    assert fraction_after_10_s() == pytest.approx(1.0)
+    write_state(sim_env, thermal_tau_s="soon")  # malformed: back to the environment
+    assert fraction_after_10_s() == pytest.approx(1 - math.exp(-1))
+
+
+def test_the_node_cools_when_the_load_drops(sim_env: Path) -> None:
+    set_load(sim_env, "0")
+    thermal_at(sim_env, 74.0, T0)
+    temperatures = [sim.advance(config(), T0 + n * 5.0).temperature_c for n in range(1, 7)]
+    assert all(a > b for a, b in itertools.pairwise(temperatures))
+    assert temperatures[-1] == pytest.approx(46.0 + 28.0 * math.exp(-1), abs=0.05)
+    assert sim.sample(sim.advance(config(), T0 + 600.0), T0 + 600.0).temperature_c == 46
+
+
+def test_ambient_offset_pushes_a_loaded_node_past_the_abort_limit(sim_env: Path) -> None:
+    set_load(sim_env, "1")
+    thermal_at(sim_env, 46.0, T0)
+    write_state(sim_env, ambient_offset_c=25)
+    readings = []
+    for n in range(1, 121):
+        now = T0 + n * 5.0
+        readings.append(sim.sample(sim.advance(config(), now), now))
+    assert readings[0].temperature_c < 70
+    assert readings[-1].temperature_c > 84  # the benchmark's abort limit
+    hot = [s for s in readings if s.temperature_c >= 82]
+    assert hot
+    assert all(s.event_reasons & sim.REASON_SW_THERMAL_SLOWDOWN for s in hot)
+    assert max(s.sm_clock_mhz for s in hot) < 2400  # slowed down, not saturated
+    # The same offset keeps an idle node above the 70 C cool-down threshold.
+    set_load(sim_env, "0")
+    assert sim.sample(sim.advance(config(), T0 + 10**5), T0 + 10**5).temperature_c > 70
+    write_state(sim_env, ambient_offset_c="warm")  # malformed: no offset
+    assert sim.sample(sim.advance(config(), T0 + 10**6), T0 + 10**6).temperature_c == 46
+
+
+def test_a_long_step_follows_the_slowdown_feedback() -> None:
+    """Heating from 73 C with +25 for 6 time constants ends near equilibrium, not beyond it."""
+    state = loaded(ambient_offset_c=25.0)
+    settled = sim.equilibrium_temperature_c(state)
+    assert 84 < settled < 92
+    unthrottled = sim.steady_temperature_c(state, sim.mean_power_w(state, 73.0))
+    assert unthrottled > settled + 5  # what holding the starting power would head for
+    assert sim.thermal_step(state, 73.0, 180.0, 30.0) == pytest.approx(settled, abs=0.5)
+    assert sim.thermal_step(state, 73.0, 10**4, 30.0) == pytest.approx(settled, abs=1e-6)
+    assert sim.thermal_step(state, 73.0, 1.0, 0.0) == pytest.approx(settled, abs=1e-6)
+
+
+def test_thermal_slowdown_from_82_c() -> None:
+    def at(temperature: float, load: float = 1.0) -> object:
+        return sim.sample(sim.GpuState(load=load, seed="s", temperature_c=temperature), T0)
+
+    cool, edge, hot = at(81.4), at(81.5), at(86.0)
+    assert (cool.temperature_c, edge.temperature_c, hot.temperature_c) == (81, 82, 86)
+    assert cool.event_reasons == 0
+    assert 2400 < cool.sm_clock_mhz <= 2496
+    assert edge.event_reasons == sim.REASON_SW_THERMAL_SLOWDOWN
+    assert edge.sm_clock_mhz <= 2430
+    assert hot.sm_clock_mhz <= 1980
+    assert hot.sm_clock_mhz == sim.quantize_clock(hot.sm_clock_mhz)
+    assert sim.mean_power_w(hot_state := sim.GpuState(load=1.0, seed="s"), 86.0) < (
+        sim.mean_power_w(hot_state, 60.0) - 10.0
+    )
+    idle = at(86.0, load=0.0)  # the idle clock is below any limit; the reason still shows
+    assert idle.sm_clock_mhz == 208
+    assert idle.event_reasons == sim.REASON_GPU_IDLE | sim.REASON_SW_THERMAL_SLOWDOWN
+    capped = sim.sample(loaded(1500, temperature_c=83.0), T0)
+    assert capped.sm_clock_mhz == 1500
+    assert capped.event_reasons == (
+        sim.REASON_APPLICATIONS_CLOCKS_SETTING | sim.REASON_SW_THERMAL_SLOWDOWN
+    )
+
+
+def test_a_clock_cap_takes_effect_from_when_it_was_set(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, sim_env: Path
+) -> None:
+    set_load(sim_env, "1")
+    thermal_at(sim_env, 46.0, T0)
+    unlocked = sim.equilibrium_temperature_c(sim.load_state(config()))
+    monkeypatch.setattr(sim.time, "time", lambda: T0 + 30.0)
+    assert smi(capsys, "-lgc", "2000,2000")[0] == 0
+    at_lock = sim.read_thermal(sim_env)
+    assert at_lock is not None
+    assert at_lock.timestamp == T0 + 30.0
+    assert at_lock.temperature_c == pytest.approx(46 + (unlocked - 46) * (1 - math.exp(-1)))
+    capped = sim.equilibrium_temperature_c(sim.load_state(config()))
+    later = sim.advance(config(), T0 + 60.0).temperature_c
+    expected = capped + (at_lock.temperature_c - capped) * math.exp(-1)
+    assert later == pytest.approx(expected)
+    monkeypatch.setattr(sim.time, "time", lambda: T0 + 90.0)
+    assert smi(capsys, "-rgc")[0] == 0
+    assert sim.read_thermal(sim_env).timestamp == T0 + 90.0
+
+
+def test_the_loop_advances_the_model_every_sample(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, sim_env: Path
+) -> None:
+    clock = [T0]
+    monkeypatch.setattr(sim.time, "time", lambda: clock[0])
+    monkeypatch.setattr(sim.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] + seconds))
+    monkeypatch.setenv("GX10_SIM_MAX_LOOPS", "8")
+    set_load(sim_env, "1")
+    thermal_at(sim_env, 46.0, T0)
+    code, out = smi(
+        capsys, "--query-gpu=temperature.gpu,power.draw", "--format=csv,noheader,nounits", "-l", "5"
+    )
+    assert code == 0
+    temperatures = [int(row[0]) for row in csv_rows(out)]
+    assert len(temperatures) == 8
+    assert temperatures[0] == 46
+    assert all(a < b for a, b in itertools.pairwise(temperatures)), temperatures
+    assert temperatures[-1] >= 60  # 35 s at tau 30 s: about 70% of the way to ~74 C
+    assert sim.read_thermal(sim_env).timestamp == T0 + 35.0
+
+
+def test_concurrent_updates_are_serialised(monkeypatch: pytest.MonkeyPatch, sim_env: Path) -> None:
+    """Every advance reads, steps and writes under the lock: none overlaps, none is lost."""
+    set_load(sim_env, "1")
+    thermal_at(sim_env, 46.0, T0)
+    read, write = sim.read_thermal, sim.write_thermal
+    events: list[tuple[str, int]] = []
+
+    def slow_read(state_dir: Path) -> object:
+        events.append(("read", threading.get_ident()))
+        found = read(state_dir)
+        time.sleep(0.002)  # widen the read-modify-write window an unlocked update would race in
+        return found
+
+    def logged_write(state_dir: Path, thermal: object) -> None:
+        events.append(("write", threading.get_ident()))
+        write(state_dir, thermal)
+
+    monkeypatch.setattr(sim, "read_thermal", slow_read)
+    monkeypatch.setattr(sim, "write_thermal", logged_write)
+    monkeypatch.setattr(sim.time, "time", lambda: T0 + 2.0)  # -lgc/-rgc advance to "now" too
+    cfg = config()
+    stamps = [T0 + 1 + n * 0.01 for n in range(160)]
+    errors: list[BaseException] = []
+
+    def worker(mine: list[float]) -> None:
+        try:
+            for now in mine:
+                sim.advance(cfg, now)
+        except BaseException as error:  # reported by the test thread
+            errors.append(error)
+
+    def toggle() -> None:
+        codes = []
+        for n in range(20):
+            opts = sim.parse_args(["-rgc"] if n % 2 else ["-lgc", "2000,2000"])
+            codes.append(sim.run(opts, cfg, io.StringIO()))
+        if codes != [0] * 20:
+            errors.append(AssertionError(f"-lgc/-rgc exit codes {codes}"))
+
+    threads = [threading.Thread(target=worker, args=(stamps[n::8],)) for n in range(8)]
+    threads.append(threading.Thread(target=toggle))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    # Each read is followed by the same thread's write: no other update got in between.
+    assert len(events) == 2 * (len(stamps) + 20)
+    pairs = list(zip(events[::2], events[1::2], strict=True))
+    assert all(r == ("read", w[1]) and w[0] == "write" for r, w in pairs), pairs[:5]
+    final = read(sim_env)
+    assert final is not None
+    assert final.timestamp >= max(stamps)  # a lost update could leave an older time
+    assert 46.0 < final.temperature_c < 80.0
+    leftovers = sorted(
+        p.name for p in sim_env.iterdir() if p.name.startswith(".") and p.name != ".lock"
+    )
+    assert leftovers == []
+
+
+def test_concurrent_processes_keep_the_state_whole(sim_env: Path) -> None:
+    """A 1 ms telemetry loop in several processes while -lgc/-rgc run: every reading parses."""
+    set_load(sim_env, "1")
+    env = {**os.environ, "GX10_SIM_MAX_LOOPS": "40"}
+    query = ["--query-gpu=temperature.gpu,clocks.sm", "--format=csv,noheader,nounits"]
+    loops = [
+        subprocess.Popen(
+            [sys.executable, str(SIM_PATH), *query, "-lms", "1"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(4)
+    ]
+    try:
+        for n in range(10):
+            args = ["-rgc"] if n % 2 else ["-lgc", "2000,2000"]
+            result = subprocess.run(
+                [sys.executable, str(SIM_PATH), *args],
+                capture_output=True,
+                text=True,
+                env=env,
+                check=False,
+                timeout=30,
+            )
+            assert result.returncode == 0, result.stdout + result.stderr
+        outputs = [loop.communicate(timeout=60) for loop in loops]
+    finally:
+        for loop in loops:
+            if loop.poll() is None:
+                loop.kill()  # this PID only
+                loop.wait(timeout=5)
+    for loop, (out, err) in zip(loops, outputs, strict=True):
+        assert (loop.returncode, err) == (0, "")
+        rows = csv_rows(out)
+        assert len(rows) == 40
+        assert all(50 <= int(temp) <= 80 and int(clock) >= 2000 for temp, clock in rows)
+    final = sim.read_thermal(sim_env)
+    assert final is not None
+    assert 50 < final.temperature_c < 80
+
+
+def test_a_thermal_time_from_a_clock_set_back_is_dropped(sim_env: Path) -> None:
+    set_load(sim_env, "0")
+    thermal_at(sim_env, 70.0, T0 + 10**6)
+    assert sim.advance(config(), T0).temperature_c == pytest.approx(70.0)
+    assert sim.read_thermal(sim_env) == sim.Thermal(pytest.approx(70.0), T0)
+    cooled = sim.advance(config(), T0 + 30.0).temperature_c
+    assert cooled == pytest.approx(46.0 + 24.0 * math.exp(-1))
+    thermal_at(sim_env, 70.0, T0 + 5.0)  # a little ahead (a slow lock holder): kept
+    sim.advance(config(), T0)
+    assert sim.read_thermal(sim_env).timestamp == T0 + 5.0
+
+
+def test_a_state_dir_that_cannot_be_created_still_answers(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("", encoding="utf-8")
+    monkeypatch.setenv("GX10_SIM_STATE_DIR", str(blocker / "state"))
+    code, out = smi(capsys, "--query-gpu=temperature.gpu", "--format=csv,noheader")
+    assert (code, out) == (0, "46\n")
 
 
 # --- the command line -----------------------------------------------------------------------

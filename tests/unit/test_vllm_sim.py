@@ -8,6 +8,7 @@ ends. Pure pieces (NCCL env checks, tokenizer, tool-call extraction) are tested 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -926,3 +928,158 @@ def test_smoke_test_names_a_model_the_server_does_not_serve(served: str) -> None
     assert not result.ok
     (check,) = result.checks
     assert "'not-served' is not served" in check.detail
+
+
+# --------------------------------------------------------------------------------------------
+# GPU load for the nvidia-smi simulator
+# --------------------------------------------------------------------------------------------
+
+
+def read_load(state_dir: Path) -> float | None:
+    try:
+        return float((state_dir / "load").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def test_engine_load_follows_the_running_sequences() -> None:
+    assert sim.engine_load(0, 12) == 0.0
+    assert sim.engine_load(1, 12) == 0.725
+    assert sim.engine_load(6, 12) == 0.85
+    assert sim.engine_load(12, 12) == 1.0
+    assert sim.engine_load(30, 12) == 1.0
+    loads: list[float] = []
+    engine = sim.Engine(sim.SimEnv(), 4, 0, sim.Log())
+    engine.load_listener = loads.append
+    for _ in range(2):
+        engine.admit()
+    for _ in range(2):
+        engine.release()
+    assert loads == [0.775, 0.85, 0.775, 0.0]
+
+
+def test_gpu_load_is_written_on_change_and_rate_limited(tmp_path: Path) -> None:
+    sent: list[tuple[float, float]] = []
+    out = io.StringIO()
+    load = sim.GpuLoad(
+        tmp_path,
+        sim.Log(out=out),
+        min_interval=0.3,
+        sinks=[lambda x: sent.append((x, time.monotonic()))],
+    )
+    try:
+        load.set(0.7)
+        wait_until(lambda: read_load(tmp_path) == 0.7, 5, "the first load")
+        for value in (0.8, 0.9, 1.0):  # within one interval: only the latest is written
+            load.set(value)
+        wait_until(lambda: read_load(tmp_path) == 1.0, 5, "the latest load")
+        load.set(1.0)  # unchanged: nothing to write
+        time.sleep(0.5)
+        assert [value for value, _ in sent] == [0.7, 1.0]
+        assert sent[1][1] - sent[0][1] >= 0.29
+        assert (tmp_path / "load").read_text(encoding="utf-8") == "1.000\n"
+    finally:
+        load.close()
+    assert read_load(tmp_path) == 0.0  # shutdown: the GPU idles
+    assert sent[-1][0] == 0.0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["load"]  # no temporary file left
+    assert out.getvalue() == ""
+    load.set(0.9)  # closed: ignored
+    time.sleep(0.1)
+    assert read_load(tmp_path) == 0.0
+
+
+def test_gpu_load_without_a_state_dir_logs_once_and_carries_on(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("", encoding="utf-8")
+    sent: list[float] = []
+    out = io.StringIO()
+    load = sim.GpuLoad(blocker / "smi", sim.Log(out=out), min_interval=0.0, sinks=[sent.append])
+    for value in (0.7, 0.8, 0.9):
+        load.set(value)
+        wait_until(lambda v=value: sent[-1:] == [v], 5, f"load {value}")
+    load.close()
+    assert sent == [0.7, 0.8, 0.9, 0.0]  # the workers still hear it
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1, lines
+    assert "WARNING" in lines[0]
+    assert f"cannot write the GPU load to {blocker / 'smi' / 'load'}" in lines[0]
+    never = sim.GpuLoad(tmp_path / "unused", sim.Log(out=out))
+    never.close()  # never published: nothing written on close
+    assert not (tmp_path / "unused").exists()
+
+
+def test_the_pair_drives_both_nodes_gpu_load(lab: Launcher) -> None:
+    head_dir, worker_dir = lab.workdir / "smi-a", lab.workdir / "smi-b"
+    head_dir.mkdir()
+    worker_dir.mkdir()
+    (head_dir / "load").write_text("1.0\n")  # left by an engine that was killed
+    slow = {"GX10_SIM_TIME_SCALE": "0.05"}
+    head, worker, url = lab.pair(
+        "--max-num-seqs",
+        "4",
+        head_env={**slow, "GX10_SIM_STATE_DIR": str(head_dir)},
+        worker_env={**slow, "GX10_SIM_STATE_DIR": str(worker_dir)},
+    )
+    wait_until(lambda: healthy(url) or not head.alive(), 15, "the head")
+    assert head.alive(), head.output()
+    wait_until(lambda: read_load(head_dir) == 0.0, 5, "the head's idle load")
+    wait_until(lambda: read_load(worker_dir) == 0.0, 5, "the worker's idle load")
+    seen: dict[str, set[float]] = {"head": set(), "worker": set()}
+    body = {
+        "messages": [{"role": "user", "content": "Go on."}],
+        "max_tokens": 600,
+        "ignore_eos": True,
+    }
+    result: list[int] = []
+    request = threading.Thread(
+        target=lambda: result.append(http("POST", f"{url}/v1/chat/completions", body)[0])
+    )
+    request.start()
+    while request.is_alive():
+        for name, path in (("head", head_dir), ("worker", worker_dir)):
+            value = read_load(path)
+            if value is not None:
+                seen[name].add(value)
+        time.sleep(0.02)
+    request.join()
+    assert result == [200]
+    assert 0.775 in seen["head"], seen  # one of four sequences running
+    assert 0.775 in seen["worker"], seen  # tensor parallel: the worker's GPU works too
+    wait_until(lambda: read_load(head_dir) == 0.0, 5, "the head back to idle")
+    wait_until(lambda: read_load(worker_dir) == 0.0, 5, "the worker back to idle")
+    head.popen.send_signal(signal.SIGTERM)
+    assert head.wait() == 0
+    worker.popen.send_signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert "cannot write the GPU load" not in head.output() + worker.output()
+
+
+def test_shutdown_leaves_both_gpus_idle(lab: Launcher) -> None:
+    head_dir, worker_dir = lab.workdir / "smi-a", lab.workdir / "smi-b"
+    head_dir.mkdir()
+    worker_dir.mkdir()
+    slow = {"GX10_SIM_TIME_SCALE": "1"}
+    head, worker, url = lab.pair(
+        head_env={**slow, "GX10_SIM_STATE_DIR": str(head_dir)},
+        worker_env={**slow, "GX10_SIM_STATE_DIR": str(worker_dir)},
+    )
+    wait_until(lambda: healthy(url) or not head.alive(), 15, "the head")
+    body = {"messages": [{"role": "user", "content": "Go on."}], "max_tokens": 2000}
+
+    def cut_short() -> None:
+        with contextlib.suppress(OSError):  # the server goes away mid-request
+            http("POST", f"{url}/v1/chat/completions", body, timeout=30)
+
+    request = threading.Thread(target=cut_short, daemon=True)
+    request.start()
+    busy = (head_dir, worker_dir)
+    wait_until(lambda: all((read_load(d) or 0) >= 0.7 for d in busy), 10, "both GPUs busy")
+    head.popen.send_signal(signal.SIGTERM)  # mid-request
+    head.wait()
+    assert read_load(head_dir) == 0.0
+    wait_until(lambda: read_load(worker_dir) == 0.0, 5, "the worker told to idle")
+    (worker_dir / "load").write_text("0.5\n")
+    worker.popen.send_signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert read_load(worker_dir) == 0.0

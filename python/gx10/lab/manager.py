@@ -474,6 +474,81 @@ def throttle(
     return _docker.node_exec(node, "tc", "qdisc", "show", "dev", netdev, "root", timeout=30)
 
 
+NVIDIA_SMI_STATE_DIR = "/var/lib/gx10-sim/nvidia-smi"  # the nvidia-smi simulator's, in a node
+HEAT_FILES = ("ambient_offset_c", "thermal_tau_s")
+# Writes each file whose value is given (atomically: temporary file, then rename), removes each
+# whose value is empty, then prints NAME=VALUE for both ("" when absent).
+_HEAT_SCRIPT = """
+set -eu
+dir=$1; shift
+mkdir -p "$dir"
+for name in ambient_offset_c thermal_tau_s; do
+  value=$1; shift
+  if [ -n "$value" ]; then
+    printf '%s\\n' "$value" > "$dir/.$name.heat"
+    mv -f "$dir/.$name.heat" "$dir/$name"
+  else
+    rm -f "$dir/$name"
+  fi
+done
+for name in ambient_offset_c thermal_tau_s; do
+  printf '%s=%s\\n' "$name" "$(cat "$dir/$name" 2>/dev/null || true)"
+done
+"""
+
+
+def heat(
+    node: str,
+    offset_c: float | None,
+    tau_s: float | None = None,
+    cfg: LabConfig | None = None,
+    log: Log = print,
+) -> dict[str, float | None]:
+    """Warm (or cool) a node's GPU for the thermal checks (test equipment), or clear it (None).
+
+    Sets the nvidia-smi simulator's `ambient_offset_c` (degrees C added to its temperature model:
+    +25 takes a loaded node past the 84 C abort limit and keeps an idle one above 70 C) and its
+    `thermal_tau_s` (the thermal time constant, 0 for no lag) in the node's state directory; a
+    None removes the file (offset 0, tau 30 s). The model follows from its next reading on, with
+    its time constant. Returns both settings as the node now has them (None: the default).
+    """
+    cfg = cfg or LabConfig()
+    if node not in cfg.nodes:
+        raise LabError(f"no lab node {node!r}; the nodes are {', '.join(cfg.nodes)}")
+    if offset_c is not None and not -100.0 <= offset_c <= 100.0:
+        raise LabError(f"offset {offset_c} C is outside -100..100")
+    if tau_s is not None and not 0.0 <= tau_s <= 86400.0:
+        raise LabError(f"time constant {tau_s} s is outside 0..86400")
+    if _state(node) != "running":
+        raise LabError(f"lab node {node} is {_state(node)}: run `gx10 lab up` first")
+    values = ["" if value is None else repr(float(value)) for value in (offset_c, tau_s)]
+    tau = "default" if tau_s is None else f"{tau_s:g} s"
+    if offset_c is None:
+        log(
+            f"clearing the GPU heat on {node}"
+            + ("" if tau_s is None else f" (time constant {tau})")
+        )
+    else:
+        log(f"heating {node}'s GPU by {offset_c:+g} C (time constant {tau})")
+    out = _docker.node_exec(
+        node, "sh", "-c", _HEAT_SCRIPT, "gx10-heat", NVIDIA_SMI_STATE_DIR, *values, timeout=30
+    )
+    return parse_heat(out)
+
+
+def parse_heat(text: str) -> dict[str, float | None]:
+    """`NAME=VALUE` lines (as heat's script prints them) -> {name: float or None}."""
+    settings: dict[str, float | None] = dict.fromkeys(HEAT_FILES)
+    for line in text.splitlines():
+        name, _, value = line.partition("=")
+        if name in settings and value.strip():
+            try:
+                settings[name] = float(value)
+            except ValueError:
+                settings[name] = None
+    return settings
+
+
 def replace_node(node: str, cfg: LabConfig | None = None, log: Log = print) -> LabStatus:
     """Replace a node by a fresh machine: remove its container and Docker volume, then `up()`.
 

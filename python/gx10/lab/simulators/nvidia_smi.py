@@ -12,16 +12,47 @@ Standalone on purpose: it is copied into Debian bookworm containers and run by t
 with no packages beyond the standard library.
 
 Environment:
-  GX10_SIM_STATE_DIR  state directory (default /var/lib/gx10-sim/nvidia-smi): `load` holds the
-                      load level 0.0-1.0, `locked_clocks` holds "MIN,MAX" while -lgc is active.
-  GX10_SIM_SEED       jitter seed; the same seed and time give the same values (default: hostname).
-  GX10_SIM_GPU_UUID   GPU UUID (default: uuid5 of the hostname, so stable per node).
-  GX10_SIM_MAX_LOOPS  stop -l/-lms after this many samples (default: loop until interrupted).
-  GX10_SIM_EUID       effective uid to act as (default: os.geteuid()); non-zero may not set clocks.
+  GX10_SIM_STATE_DIR      state directory (default /var/lib/gx10-sim/nvidia-smi; files below).
+  GX10_SIM_SEED           jitter seed; the same seed and time give the same values (default:
+                          hostname). It also sets the node's silicon factor (see Model).
+  GX10_SIM_GPU_UUID       GPU UUID (default: uuid5 of the hostname, so stable per node).
+  GX10_SIM_MAX_LOOPS      stop -l/-lms after this many samples (default: loop until interrupted).
+  GX10_SIM_EUID           effective uid to act as (default: os.geteuid()); non-zero may not set
+                          clocks.
+  GX10_SIM_THERMAL_TAU_S  thermal time constant in seconds (default 30; `thermal_tau_s` wins).
+
+State directory (one value per file; a missing or malformed file means the default):
+  load              load level 0.0-1.0 (the lab's vLLM simulator writes it; default 0, idle).
+  locked_clocks     "MIN,MAX" in MHz while -lgc is active (-lgc writes it, -rgc removes it).
+  thermal           "TEMPERATURE_C UNIX_TIME": the model's temperature and when it held. Every
+                    invocation that reads the device (and -lgc/-rgc) advances it to the present;
+                    without it the model starts at the steady state of the current inputs.
+  ambient_offset_c  test equipment: degrees C added to the temperature model (default 0): +25
+                    takes any loaded node past 84 C and keeps even an idle one above 70 C.
+  thermal_tau_s     test equipment: the thermal time constant in seconds (0: no lag).
+  .lock             flock(2) lock: one invocation at a time reads, advances and writes `thermal`.
+  Files are replaced atomically (temporary file, then rename).
+
+Model (calibrated to the reference clock sweep, FIELD_NOTES section 5):
+  clock        idle 208 MHz; under load the SM clock saturates at 2437-2496 MHz (about 2480)
+               whatever the cap above that; a -lgc cap below bounds it; from 82 C (the reading)
+               SW thermal slowdown pulls it down 100 MHz per degree above 81 C.
+  power        idle 7.2 W + load x silicon factor x dynamic power at the clock averaged over the
+               reading window (DYNAMIC_POWER_CURVE, through the sweep's 2000/2200/2400 MHz and
+               saturated points).
+  temperature  first-order lag, T += (T_ss - T) (1 - exp(-dt / tau)) in steps of at most
+               tau/10, toward T_ss = 46 C + 0.35 C/W x (power - idle) + 16.2 C x load x silicon
+               factor (the rest of the package under load) + ambient offset.
+  silicon      factor 0.78-1.0 drawn from the seed: reference node A is 1.0, node B (a few W and C
+               cooler) 0.78; the lab's gx10-a comes out near A, gx10-b near B.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import itertools
 import math
 import os
 import random
@@ -29,8 +60,8 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO, TypeAlias
 
@@ -44,6 +75,10 @@ EXIT_OTHER = 255
 DEFAULT_STATE_DIR = "/var/lib/gx10-sim/nvidia-smi"
 LOAD_FILE = "load"
 LOCK_FILE = "locked_clocks"
+THERMAL_FILE = "thermal"
+AMBIENT_OFFSET_FILE = "ambient_offset_c"
+THERMAL_TAU_FILE = "thermal_tau_s"
+MUTEX_FILE = ".lock"
 
 HELP_HINT = "Please run 'nvidia-smi -h' for help."
 INVALID_COMBINATION = f"Invalid combination of input arguments. {HELP_HINT}\n\n"
@@ -65,11 +100,36 @@ IDLE_SM_CLOCK_MHZ = 208
 # Under load real GB10s hold 2385-2496 MHz whatever the cap above that (clock saturates).
 LOAD_SM_CLOCK_STEPS = range(375, 385)  # 2437 ... 2496 MHz
 SATURATED_SM_CLOCK_MHZ = 2480.0
-IDLE_POWER_W = 5.2
-LOAD_POWER_W = 55.0  # dynamic power at full load and saturated clock
-IDLE_TEMPERATURE_C = 46.0
-KELVIN_PER_WATT = 0.5
+IDLE_POWER_W = 7.2  # field notes: idle about 8 W (readings jitter by 0.6 W)
+# Dynamic power (W) of reference node A at load 1.0 by SM clock (MHz), linearly interpolated: idle
+# + this gives the clock sweep's 20.9 W at 2000 MHz, 25.7 at 2200, 32.1 at 2400 and, at the mean
+# saturated clock (about 2466), 41.3 W (measured 39.7-42.7 with caps of 2600, 2800 and none).
+# Below 2000 MHz nothing was measured: the voltage is at its floor there, power falls as clock^3.
+DYNAMIC_POWER_CURVE: tuple[tuple[float, float], ...] = (
+    (0.0, 0.0),
+    (1000.0, 1.7),
+    (1500.0, 5.8),
+    (2000.0, 13.7),
+    (2200.0, 18.5),
+    (2400.0, 24.9),
+    (2480.0, 36.0),
+    (2500.0, 38.8),
+)
+IDLE_TEMPERATURE_C = 46.0  # steady state at idle power (field notes: 45-47 C)
+KELVIN_PER_WATT = 0.35  # GPU power above idle -> degrees above the idle temperature
+LOAD_HEAT_C = 16.2  # the rest of the package under inference load (CPU, memory), at load 1.0
+# Silicon factor range: reference node B draws 0.78 of node A's dynamic power (A is 1.0).
+SILICON_FACTOR_MIN = 0.78
+SILICON_FACTOR_MAX = 1.0
 SW_THERMAL_SLOWDOWN_C = 82  # field notes: throttling starts at 82 C
+THROTTLE_MHZ_PER_C = 100.0  # clock taken off per degree above SW_THERMAL_SLOWDOWN_C - 1
+THROTTLE_FLOOR_MHZ = 1000.0
+DEFAULT_THERMAL_TAU_S = 30.0
+THERMAL_MAX_STEP_S = 3600.0  # a longer gap is the same as reaching steady state
+THERMAL_STEADY_TAUS = 20.0  # so is a gap of this many time constants (exp(-20): 2e-9 to go)
+THERMAL_STEPS_PER_TAU = 10  # integration steps per time constant
+THERMAL_CLOCK_SKEW_S = 600.0  # a `thermal` time further ahead than this is from a wrong clock
+AMBIENT_OFFSET_LIMIT_C = 100.0  # |ambient_offset_c| beyond this is clamped
 
 NA = None  # a value the device does not report
 
@@ -117,6 +177,9 @@ class GpuState:
     load: float = 0.0  # 0.0 idle ... 1.0 saturated
     lock: ClockLock | None = None
     seed: str = ""
+    temperature_c: float | None = None  # the thermal model's; None: steady state of the inputs
+    ambient_offset_c: float = 0.0  # test equipment (state file `ambient_offset_c`)
+    silicon_factor: float | None = None  # None: drawn from the seed
 
 
 @dataclass(frozen=True)
@@ -153,17 +216,131 @@ def quantize_clock(mhz: float) -> int:
     return math.floor(round(mhz / CLOCK_STEP_MHZ) * CLOCK_STEP_MHZ)
 
 
+def _clamp_load(load: float) -> float:
+    return min(max(load, 0.0), 1.0) if math.isfinite(load) else 0.0
+
+
+# The mean of the saturated clock readings: what a power reading averaged over ~1 s sees.
+_SATURATED_READINGS = [quantize_clock(step * CLOCK_STEP_MHZ) for step in LOAD_SM_CLOCK_STEPS]
+SATURATED_MEAN_MHZ = sum(_SATURATED_READINGS) / len(_SATURATED_READINGS)
+
+
+def silicon_factor(state: GpuState) -> float:
+    """How much dynamic power (and package heat) this chip makes, relative to reference node A.
+
+    Drawn from the seed (the hostname by default), so a node keeps its own: between node B's 0.78
+    and node A's 1.0, as no two GB10s draw quite the same at the same clock.
+    """
+    if state.silicon_factor is not None:
+        return state.silicon_factor
+    digest = hashlib.sha256(f"gx10-sim-silicon:{state.seed}".encode()).digest()
+    unit = int.from_bytes(digest[:4], "big") / 2**32
+    return SILICON_FACTOR_MIN + (SILICON_FACTOR_MAX - SILICON_FACTOR_MIN) * unit
+
+
+def dynamic_power_w(clock_mhz: float) -> float:
+    """Reference node A's dynamic power at load 1.0 and this SM clock (DYNAMIC_POWER_CURVE)."""
+    points = DYNAMIC_POWER_CURVE
+    if clock_mhz <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
+        if clock_mhz <= x1:
+            return y0 + (y1 - y0) * (clock_mhz - x0) / (x1 - x0)
+    return points[-1][1]
+
+
+def temperature_reading(temperature_c: float) -> int:
+    """The whole degrees nvidia-smi shows for a model temperature."""
+    return math.floor(temperature_c + 0.5)
+
+
+def thermal_clock_limit(temperature_c: float) -> float | None:
+    """The SM clock SW thermal slowdown allows at this temperature; None below 82 C."""
+    if temperature_reading(temperature_c) < SW_THERMAL_SLOWDOWN_C:
+        return None
+    above = temperature_c - (SW_THERMAL_SLOWDOWN_C - 1)
+    return max(SATURATED_SM_CLOCK_MHZ - THROTTLE_MHZ_PER_C * above, THROTTLE_FLOOR_MHZ)
+
+
+def effective_clock_mhz(state: GpuState, temperature_c: float) -> float:
+    """The SM clock under load averaged over a power reading: saturated, capped, throttled."""
+    clock = SATURATED_MEAN_MHZ
+    if state.lock is not None:
+        clock = min(clock, state.lock.max_mhz)
+    limit = thermal_clock_limit(temperature_c)
+    if limit is not None:
+        clock = min(clock, limit)
+    return clock
+
+
+def mean_power_w(state: GpuState, temperature_c: float) -> float:
+    """Power draw without reading noise: idle + load x silicon x dynamic power at the clock."""
+    load = _clamp_load(state.load)
+    if load <= 0.0:
+        return IDLE_POWER_W
+    dynamic = dynamic_power_w(effective_clock_mhz(state, temperature_c))
+    return IDLE_POWER_W + load * silicon_factor(state) * dynamic
+
+
+def steady_temperature_c(state: GpuState, power_w: float) -> float:
+    """Where the temperature heads while the device draws `power_w` under `state`."""
+    load = _clamp_load(state.load)
+    return (
+        IDLE_TEMPERATURE_C
+        + KELVIN_PER_WATT * (power_w - IDLE_POWER_W)
+        + LOAD_HEAT_C * load * silicon_factor(state)
+        + state.ambient_offset_c
+    )
+
+
+def thermal_step(state: GpuState, temperature_c: float, dt_s: float, tau_s: float) -> float:
+    """The temperature `dt_s` seconds on, under `state` (first-order lag, time constant tau).
+
+    In steps of at most tau/10, each holding the power of its starting temperature, so thermal
+    slowdown's feedback is followed; a negative step (clock skew) is none, and a step beyond
+    THERMAL_STEADY_TAUS time constants is the steady state (so is any step with tau 0).
+    """
+    dt = min(max(dt_s, 0.0), THERMAL_MAX_STEP_S)
+    if tau_s <= 0.0 or dt >= THERMAL_STEADY_TAUS * tau_s:
+        return equilibrium_temperature_c(state)
+    steps = max(math.ceil(dt * THERMAL_STEPS_PER_TAU / tau_s), 1)
+    decay = math.exp(-dt / steps / tau_s)
+    for _ in range(steps):
+        target = steady_temperature_c(state, mean_power_w(state, temperature_c))
+        temperature_c = target + (temperature_c - target) * decay
+    return temperature_c
+
+
+def equilibrium_temperature_c(state: GpuState) -> float:
+    """The temperature `state` settles at: T = T_ss(power(T)), thermal slowdown feeding back.
+
+    T_ss(power(T)) - T only falls as T rises (slowdown lowers the power), so bisection finds it;
+    under slowdown the device settles near 82 C, as a real GPU holds its slowdown point.
+    """
+    low, high = -100.0, 300.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        if steady_temperature_c(state, mean_power_w(state, middle)) > middle:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
 def sample(state: GpuState, now: float) -> Sample:
     """The telemetry the device shows at `now` for `state`.
 
-    A static model for now: the load level picks idle or busy values and a -lgc cap bounds the
-    clock. Jitter is drawn from (seed, now) so a given seed and time always read the same. A
-    time-based model (warm-up, thermal lag, throttling) can replace the body without touching
-    the renderers, which only see the returned Sample.
+    The clock/power/thermal model of the module docstring. `state.temperature_c` is the thermal
+    model's current temperature (see `advance`); None means the steady state of the inputs (a
+    node that has been in this state for a while). Jitter is drawn from (seed, now) so a given
+    seed and time always read the same.
     """
     rng = random.Random(f"gx10-nvidia-smi:{state.seed}:{int(now * 1000)}")
-    load = min(max(state.load, 0.0), 1.0)
+    load = _clamp_load(state.load)
     busy = load > 0.0
+    temperature = state.temperature_c
+    if temperature is None:
+        temperature = equilibrium_temperature_c(state)
 
     natural = (
         quantize_clock(rng.choice(LOAD_SM_CLOCK_STEPS) * CLOCK_STEP_MHZ)
@@ -177,14 +354,16 @@ def sample(state: GpuState, now: float) -> Sample:
         # reaches under load has no effect on GB10 (-lgc 3003 still reads about 2480).
         clock = state.lock.max_mhz
         reasons |= REASON_APPLICATIONS_CLOCKS_SETTING
+    limit = thermal_clock_limit(temperature)
+    if limit is not None:
+        reasons |= REASON_SW_THERMAL_SLOWDOWN
+        if limit < clock:
+            clock = math.floor(math.floor(limit / CLOCK_STEP_MHZ) * CLOCK_STEP_MHZ)
 
-    idle_power = IDLE_POWER_W + rng.uniform(-0.8, 0.8)
-    dynamic = load * LOAD_POWER_W * (clock / SATURATED_SM_CLOCK_MHZ) ** 3.5 if busy else 0.0
+    idle_power = IDLE_POWER_W + rng.uniform(-0.6, 0.6)
+    dynamic = mean_power_w(state, temperature) - IDLE_POWER_W
     power = max(idle_power + dynamic + (rng.uniform(-1.5, 1.5) if busy else 0.0), 0.5)
     instant = max(power + rng.uniform(-0.4, 0.4) * (1.0 + dynamic / 10.0), 0.5)
-    temperature = round(IDLE_TEMPERATURE_C + dynamic * KELVIN_PER_WATT + rng.uniform(-0.9, 0.9))
-    if temperature >= SW_THERMAL_SLOWDOWN_C:
-        reasons |= REASON_SW_THERMAL_SLOWDOWN
 
     util_gpu = min(max(round(load * 96 + rng.uniform(-2.0, 2.0)), 1), 100) if busy else 0
     util_mem = min(max(round(load * 30 + rng.uniform(-2.0, 2.0)), 0), 100) if busy else 0
@@ -201,7 +380,7 @@ def sample(state: GpuState, now: float) -> Sample:
         sm_clock_mhz=clock,
         power_draw_w=power,
         power_instant_w=instant,
-        temperature_c=temperature,
+        temperature_c=temperature_reading(temperature),
         utilization_gpu=util_gpu,
         utilization_memory=util_mem,
         pstate="P0" if busy else "P8",
@@ -224,6 +403,7 @@ class SimConfig:
     gpu_uuid: str
     max_loops: int | None
     euid: int
+    thermal_tau_s: float | None = None  # GX10_SIM_THERMAL_TAU_S; the state file wins
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> SimConfig:
@@ -239,6 +419,7 @@ class SimConfig:
             gpu_uuid=gpu_uuid,
             max_loops=_positive_int(env.get("GX10_SIM_MAX_LOOPS")),
             euid=_int_or(env.get("GX10_SIM_EUID"), os.geteuid()),
+            thermal_tau_s=_duration(env.get("GX10_SIM_THERMAL_TAU_S")),
         )
 
 
@@ -260,17 +441,135 @@ def _int_or(text: str | None, default: int) -> int:
         return default
 
 
-def load_state(config: SimConfig) -> GpuState:
-    """Read the load level and the clock lock; a missing or unreadable file means the default."""
+def _duration(text: str | None) -> float | None:
+    """A time constant in seconds (>= 0); None when absent or malformed."""
+    value = _float_or_none(text)
+    return value if value is not None and value >= 0.0 else None
+
+
+def _float_or_none(text: str | None) -> float | None:
     try:
-        load = float((config.state_dir / LOAD_FILE).read_text(encoding="utf-8").strip())
-    except (OSError, ValueError):
-        load = 0.0
-    if not math.isfinite(load):
-        load = 0.0
+        value = float(text) if text is not None and text.strip() else None
+    except ValueError:
+        return None
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _read_float(path: Path) -> float | None:
+    try:
+        return _float_or_none(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def load_state(config: SimConfig) -> GpuState:
+    """Read the model's inputs (load, clock lock, ambient offset); a missing or unreadable file
+    means the default. The temperature is left to `advance`."""
+    load = _read_float(config.state_dir / LOAD_FILE) or 0.0
+    offset = _read_float(config.state_dir / AMBIENT_OFFSET_FILE) or 0.0
     return GpuState(
-        load=min(max(load, 0.0), 1.0), lock=read_lock(config.state_dir), seed=config.seed
+        load=_clamp_load(load),
+        lock=read_lock(config.state_dir),
+        seed=config.seed,
+        ambient_offset_c=min(max(offset, -AMBIENT_OFFSET_LIMIT_C), AMBIENT_OFFSET_LIMIT_C),
     )
+
+
+def thermal_tau_s(config: SimConfig) -> float:
+    """The thermal time constant: the `thermal_tau_s` file, else GX10_SIM_THERMAL_TAU_S, else 30."""
+    from_file = _duration(_read_text(config.state_dir / THERMAL_TAU_FILE))
+    if from_file is not None:
+        return from_file
+    return config.thermal_tau_s if config.thermal_tau_s is not None else DEFAULT_THERMAL_TAU_S
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+@dataclass(frozen=True)
+class Thermal:
+    """The persisted thermal state: the model temperature and the time it held."""
+
+    temperature_c: float
+    timestamp: float
+
+
+def read_thermal(state_dir: Path) -> Thermal | None:
+    parts = (_read_text(state_dir / THERMAL_FILE) or "").split()
+    values = [_float_or_none(part) for part in parts]
+    if len(values) != 2 or values[0] is None or values[1] is None:
+        return None
+    return Thermal(values[0], values[1])
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Replace `path` by `text` in one rename: a reader sees the old or the new file, whole."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_thermal(state_dir: Path, thermal: Thermal) -> None:
+    _write_atomically(
+        state_dir / THERMAL_FILE, f"{thermal.temperature_c:.4f} {thermal.timestamp:.3f}\n"
+    )
+
+
+@contextlib.contextmanager
+def state_mutex(state_dir: Path) -> Iterator[bool]:
+    """Hold the state directory's flock (serialises read-advance-write across invocations).
+
+    Yields False, holding nothing, where the lock cannot be taken (no permission to create the
+    directory or the lock file): the caller then must not write the shared state.
+    """
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(state_dir / MUTEX_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        fd = -1
+    if fd < 0:
+        yield False
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield True
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _advance_locked(config: SimConfig, now: float, persist: bool) -> GpuState:
+    state = load_state(config)
+    previous = read_thermal(config.state_dir)
+    if previous is None:
+        temperature, stamp = equilibrium_temperature_c(state), now
+    else:
+        dt = now - previous.timestamp
+        temperature = thermal_step(state, previous.temperature_c, dt, thermal_tau_s(config))
+        # An invocation that took its time to get the lock does not move the time backwards; a
+        # time far ahead came from a clock since set back, and would freeze the model: drop it.
+        stamp = now if dt < -THERMAL_CLOCK_SKEW_S else max(now, previous.timestamp)
+    if persist:
+        with contextlib.suppress(OSError):  # a read-only state dir: the model just does not keep
+            write_thermal(config.state_dir, Thermal(temperature, stamp))
+    return replace(state, temperature_c=temperature)
+
+
+def advance(config: SimConfig, now: float) -> GpuState:
+    """Step the thermal model to `now` under the current inputs; the state to sample.
+
+    The inputs (load, cap, ambient offset) are taken to have held since the last invocation;
+    -lgc/-rgc advance the model before changing the cap, so a cap change takes effect from then.
+    """
+    with state_mutex(config.state_dir) as locked:
+        return _advance_locked(config, now, persist=locked)
 
 
 def read_lock(state_dir: Path) -> ClockLock | None:
@@ -288,9 +587,7 @@ def write_lock(state_dir: Path, lock: ClockLock | None) -> None:
         path.unlink(missing_ok=True)
         return
     state_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{LOCK_FILE}.{os.getpid()}")
-    tmp.write_text(f"{lock.min_mhz},{lock.max_mhz}\n", encoding="utf-8")
-    os.replace(tmp, path)
+    _write_atomically(path, f"{lock.min_mhz},{lock.max_mhz}\n")
 
 
 def parse_clock_pair(text: str) -> ClockLock | None:
@@ -1094,7 +1391,10 @@ def _change_clocks(opts: Options, config: SimConfig, device: Device, out: TextIO
         )
         return EXIT_NO_PERMISSION
     try:
-        write_lock(config.state_dir, opts.lock)
+        with state_mutex(config.state_dir) as locked:
+            # The temperature so far followed the old cap: bring it to now before changing it.
+            _advance_locked(config, time.time(), persist=locked)
+            write_lock(config.state_dir, opts.lock)
     except OSError as error:  # a lab setup problem, not something the real tool can report
         print(f"nvidia-smi simulator: cannot record the clock lock: {error}", file=sys.stderr)
         return EXIT_OTHER
@@ -1113,7 +1413,8 @@ def _repeat(
     """Print one sample, or one per interval under -l/-lms (bounded by GX10_SIM_MAX_LOOPS)."""
     count = 0
     while True:
-        out.write(render(sample(load_state(config), time.time()), count))
+        now = time.time()
+        out.write(render(sample(advance(config, now), now), count))
         out.flush()
         count += 1
         if opts.loop_ms is None or (config.max_loops is not None and count >= config.max_loops):

@@ -34,7 +34,9 @@ Environment (sim-only knobs are GX10_SIM_*; the others are read as the real stac
                                calibrated to FIELD_NOTES section 5; "simple" is the old one)
   GX10_SIM_STATE_DIR           the nvidia-smi simulator's state directory: its `locked_clocks`
                                ("MIN,MAX" MHz, written by -lgc) caps the SM clock the timing
-                               model sees (default /var/lib/gx10-sim/nvidia-smi)
+                               model sees (default /var/lib/gx10-sim/nvidia-smi); every rank
+                               writes its node's `load` there (GpuLoad: 0 idle, 0.7-1.0 while
+                               sequences run; the head sends it to the workers)
   GX10_SIM_SM_CLOCK_MHZ        SM clock cap when no locked_clocks file exists (default unlocked)
   GX10_SIM_PREFIX_CACHE_TOKENS tokens the prefix cache remembers, least recently used out
                                (default 2097152; the cache follows --enable-prefix-caching,
@@ -1666,6 +1668,8 @@ class Engine:
         self.peer_lost = threading.Event()
         self.dead = threading.Event()
         self._stuck_timer: threading.Timer | None = None
+        # Told the GPU load (engine_load) whenever the running count changes; see GpuLoad.
+        self.load_listener: Callable[[float], None] | None = None
 
     def admit(self) -> None:
         with self.cond:
@@ -1678,11 +1682,17 @@ class Engine:
             if self.dead.is_set():
                 raise EngineDeadError
             self.running += 1
+            self._load_changed()
 
     def release(self) -> None:
         with self.cond:
             self.running -= 1
             self.cond.notify_all()
+            self._load_changed()
+
+    def _load_changed(self) -> None:
+        if self.load_listener is not None:
+            self.load_listener(engine_load(self.running, self.max_num_seqs))
 
     def sleep(self, seconds: float) -> None:
         """Model time passing; a step needs every rank, so a lost peer wedges it."""
@@ -2682,6 +2692,118 @@ def _merge_deltas(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------------------------
+# GPU load for the nvidia-smi simulator (its `load` state file)
+# --------------------------------------------------------------------------------------------
+
+LOAD_FILE = "load"
+LOAD_BUSY_FLOOR = 0.7  # the GPU load as soon as one sequence runs
+LOAD_MIN_INTERVAL_S = 0.25  # at most four writes a second
+
+
+def engine_load(running: int, max_num_seqs: int) -> float:
+    """The GPU load the engine puts on its node: 0 idle, 0.7 + 0.3 x running/max_num_seqs."""
+    if running <= 0:
+        return 0.0
+    share = min(running / max(max_num_seqs, 1), 1.0)
+    return round(LOAD_BUSY_FLOOR + (1.0 - LOAD_BUSY_FLOOR) * share, 3)
+
+
+class GpuLoad:
+    """Publishes a rank's GPU load: this node's `load` file, then every sink (the workers).
+
+    Both GPUs work in tensor parallel, so the head sends its load to the workers and each rank
+    writes its own node's file. A value is published when it changes, at most once per
+    `min_interval` (the latest value wins, published when the interval has passed), by a
+    background thread so the engine never waits on a file. Writes are atomic (temporary file,
+    then rename); a failing one (no state directory, read-only) is logged once, then ignored.
+    """
+
+    def __init__(
+        self,
+        state_dir: Path,
+        log: Log,
+        min_interval: float = LOAD_MIN_INTERVAL_S,
+        sinks: Sequence[Callable[[float], None]] = (),
+    ) -> None:
+        self.path = state_dir / LOAD_FILE
+        self.log = log
+        self.min_interval = min_interval
+        self.sinks = list(sinks)
+        self._cond = threading.Condition()
+        self._pending: float | None = None
+        self._published: float | None = None
+        self._last = -math.inf
+        self._closed = False
+        self._warned = False
+        self._thread: threading.Thread | None = None
+
+    def set(self, load: float) -> None:
+        """Ask for `load` to be published (soon, if one was published less than an interval ago)."""
+        with self._cond:
+            if self._closed:
+                return
+            self._pending = load
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True, name="gpu-load")
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._closed:
+                    return
+                value = self._pending
+                if value is None or value == self._published:
+                    self._cond.wait()
+                    continue
+                wait = self._last + self.min_interval - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                self._pending = None
+                self._published = value
+                self._last = time.monotonic()
+            self._publish(value)
+
+    def _publish(self, value: float) -> None:
+        self.write(value)
+        for sink in self.sinks:
+            sink(value)
+
+    def write(self, value: float) -> None:
+        """Replace this node's load file with `value`; a failure is logged once."""
+        tmp = self.path.with_name(f".{LOAD_FILE}.{os.getpid()}")
+        try:
+            tmp.write_text(f"{value:.3f}\n", encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            if not self._warned:
+                self._warned = True
+                self.log.warning_at(
+                    "gx10_sim.py:1",
+                    f"[gx10-sim] cannot write the GPU load to {self.path} ({error}); "
+                    "nvidia-smi on this node will not see this engine's load",
+                )
+
+    def close(self) -> None:
+        """Stop publishing; publish 0 if anything was (the engine is gone, the GPU idles)."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is None:  # never started: nothing of ours to take back
+            return
+        thread.join(timeout=5.0)
+        self._published = 0.0
+        self._publish(0.0)
+
+
+# --------------------------------------------------------------------------------------------
 # Processes: the head (rank 0, serves HTTP) and the headless workers
 # --------------------------------------------------------------------------------------------
 
@@ -2742,6 +2864,7 @@ class Head:
         self.engine_log = self.log.child(f"(EngineCore_DP0 pid={pid}) ")
         self.rendezvous: HeadRendezvous | None = None
         self.httpd: ApiServer | None = None
+        self.gpu_load: GpuLoad | None = None
 
     def run(self) -> int:
         args, env, log = self.args, self.env, self.log
@@ -2753,6 +2876,8 @@ class Head:
             return self._boot_and_serve(httpd, host)
         finally:
             httpd.server_close()
+            if self.gpu_load is not None:
+                self.gpu_load.close()  # before the channels close: the workers get the 0 too
             if self.rendezvous is not None:
                 self.rendezvous.close()
 
@@ -2864,6 +2989,12 @@ class Head:
         if self.rendezvous is not None:
             for channel in self.rendezvous.peers.values():
                 channel.on_lost(self._peer_lost(engine))
+        self.gpu_load = GpuLoad(env.state_dir, self.log)
+        if self.rendezvous is not None:
+            peers = self.rendezvous
+            self.gpu_load.sinks.append(lambda load: peers.broadcast({"op": "load", "load": load}))
+        engine.load_listener = self.gpu_load.set
+        self.gpu_load.set(0.0)  # a fresh engine idles (a killed one may have left its load)
         keys = tuple(args.api_key or ([env.api_key] if env.api_key else []))
         config = ServerConfig(
             served_names=tuple(args.served_model_name or [args.model]),
@@ -2900,6 +3031,8 @@ class Head:
         log.uvicorn("Shutting down")
         if self.httpd is not None:
             self.httpd.shutdown()
+        if self.gpu_load is not None:
+            self.gpu_load.close()
         log.uvicorn("Waiting for application shutdown.")
         log.uvicorn("Application shutdown complete.")
         log.uvicorn(f"Finished server process [{os.getpid()}]")
@@ -2913,6 +3046,7 @@ class Worker:
         self.log = Log("", env.log_level)
         rank = args.node_rank
         self.rank_log = self.log.child(f"(Worker_TP{rank} pid={os.getpid()}) ")
+        self.gpu_load = GpuLoad(env.state_dir, self.rank_log)
 
     def run(self) -> int:
         args, env, log = self.args, self.env, self.log
@@ -2929,8 +3063,10 @@ class Worker:
         channel = connect_to_head(args, env, self.rank_log, self.stop.event)
         try:
             self._init(channel, model)
+            self.gpu_load.set(0.0)
             return self._idle(channel)
         finally:
+            self.gpu_load.close()
             channel.close()
 
     def _expect(self, channel: Channel, ops: Sequence[str], timeout: float) -> str:
@@ -2975,11 +3111,23 @@ class Worker:
         repeat = max(10 * self.env.heartbeat_seconds, 1.0)
         next_log = 0.0
         while not self.stop.event.wait(0.1):
+            self._take_load(channel)
             if channel.lost.is_set() and time.monotonic() >= next_log:
                 self._log_lost_head(channel)
                 next_log = time.monotonic() + repeat
         self.log.info_at("serve.py:250", "Shutting down.")
         return EXIT_OK
+
+    def _take_load(self, channel: Channel) -> None:
+        """Write the GPU load the head sent (in tensor parallel this GPU works as the head's)."""
+        while True:
+            try:
+                message = channel.inbox.get_nowait()
+            except queue.Empty:
+                return
+            load = message.get("load")
+            if message.get("op") == "load" and isinstance(load, int | float):
+                self.gpu_load.set(min(max(float(load), 0.0), 1.0))
 
     def _log_lost_head(self, channel: Channel) -> None:
         try:
