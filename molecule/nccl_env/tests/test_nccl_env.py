@@ -70,7 +70,7 @@ def test_gid_index_is_this_nodes_roce_v2_ipv4_entry(nodes) -> None:
         for info in tables.values():
             ip = rail_ip(node, info["netdev"])
             packed = ipaddress.IPv6Address(f"::ffff:{ip}").exploded
-            expected = [i for i, gid in info["v4"].items() if gid == packed]
+            expected = [int(i) for i, gid in info["v4"].items() if gid == packed]
             assert expected == [index], (node.backend.host, info, index)
 
 
