@@ -39,8 +39,16 @@ from gx10.model.manifest import (
     resolve_token,
     save_manifest,
 )
+from gx10.model.sync import sync as model_sync
 from gx10.model.verify import verify
-from gx10.progress import ByteProgress, ProgressPrinter, print_summary, print_verify_report
+from gx10.progress import (
+    ByteProgress,
+    ProgressPrinter,
+    RunStatus,
+    print_summary,
+    print_sync_report,
+    print_verify_report,
+)
 from gx10.provision import provision
 
 EXIT_OK = 0
@@ -374,7 +382,9 @@ def _add_model(
     commands: argparse._SubParsersAction[_Parser],
     json_option: _Parser,
 ) -> None:
-    model = commands.add_parser("model", help="model weights: build a manifest, verify a copy")
+    model = commands.add_parser(
+        "model", help="model weights: build a manifest, verify a copy, sync the cluster"
+    )
     actions = model.add_subparsers(title="actions", metavar="ACTION", required=True)
 
     m = actions.add_parser(
@@ -424,6 +434,28 @@ def _add_model(
     )
     v.add_argument("--jobs", type=_positive_int, help="hashing threads (default: all cores)")
     v.set_defaults(handler=_run_model_verify)
+
+    s = actions.add_parser(
+        "sync",
+        parents=[json_option],
+        help="run the model stage: a verified checkpoint on every node, the source read once",
+        description=(
+            "Run playbooks/model.yml and print each node's totals (files, bytes fetched, bytes "
+            "hashed, cache hits, seconds). Exit 0 when every node verified its copy, 2 naming "
+            "each unverified node and its files."
+        ),
+    )
+    s.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
+    s.add_argument("-l", "--limit", metavar="NODES", help="only sync nodes matching this pattern")
+    s.add_argument(
+        "--reverify",
+        action="store_true",
+        help="hash every file again on every node, ignoring the verification caches",
+    )
+    s.add_argument(
+        "-v", "--verbose", action="store_true", help="print each play, task and node result"
+    )
+    s.set_defaults(handler=_run_model_sync)
 
 
 def _run_model_manifest(args: argparse.Namespace) -> int:
@@ -499,6 +531,27 @@ def _run_model_verify(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(report.to_dict())
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _run_model_sync(args: argparse.Namespace) -> int:
+    err = Console(stderr=True, highlight=False)
+    lines = ProgressPrinter(err) if args.verbose else None
+    with RunStatus(err, "model sync") as status:
+
+        def on_event(event: dict[str, Any]) -> None:
+            status(event)
+            if lines is not None:
+                lines(event)
+
+        result = model_sync(
+            args.inventory, reverify=args.reverify, limit=args.limit, on_event=on_event
+        )
+    print_sync_report(err if args.json else Console(highlight=False), result)
+    if args.json:
+        _print_json(result.to_dict())
+    if result.run.status == "canceled":
+        return EXIT_INTERRUPTED
+    return EXIT_OK if result.ok else EXIT_FAILED
 
 
 def _positive_int(value: str) -> int:

@@ -2,7 +2,8 @@
 
 `describe_event` is the logic (runner event -> `ProgressLine` or None) and has no rich in it;
 `ProgressPrinter` and `recap_table` only turn those lines and a `ProvisionResult` into rich output.
-`ByteProgress` and `print_verify_report` do the same for hashing and `gx10 model verify`.
+`ByteProgress` and `print_verify_report` do the same for hashing and `gx10 model verify`,
+`RunStatus` and `print_sync_report` for `gx10 model sync`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Literal
 
 from rich import box
 from rich.console import Console
+from rich.filesize import decimal
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -26,6 +28,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from gx10.model.sync import SyncResult
 from gx10.model.verify import VerifyReport
 from gx10.provision import ProvisionResult, task_message
 
@@ -177,13 +180,31 @@ def print_summary(console: Console, result: ProvisionResult) -> None:
 # --- model hashing -----------------------------------------------------------------------------
 
 
+def is_live(console: Console) -> bool:
+    """Whether `console` writes to a terminal a live display can redraw.
+
+    Needs a real tty as well as rich's own test: FORCE_COLOR (set in many CI setups for colour)
+    makes rich treat a pipe as a terminal, and a redrawn bar in a log file is noise.
+    """
+    isatty = getattr(console.file, "isatty", None)
+    try:
+        return console.is_interactive and isatty is not None and bool(isatty())
+    except ValueError:  # a closed file
+        return False
+
+
 class ByteProgress:
     """A progress bar (bytes, rate, ETA) usable as a hashing `progress(done, total)` callback.
 
-    Thread-safe: the hashing workers call it directly.
+    Shown only on a terminal (`is_live`); elsewhere it prints nothing and the callback does
+    nothing, so logs and captured output stay clean. Thread-safe: the hashing workers call it
+    directly.
     """
 
     def __init__(self, console: Console, description: str) -> None:
+        self._progress: Progress | None = None
+        if not is_live(console):
+            return
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -194,8 +215,13 @@ class ByteProgress:
         )
         self._task = self._progress.add_task(description, total=None)
 
+    @property
+    def live(self) -> bool:
+        return self._progress is not None
+
     def __enter__(self) -> ByteProgress:
-        self._progress.start()
+        if self._progress is not None:
+            self._progress.start()
         return self
 
     def __exit__(
@@ -204,10 +230,52 @@ class ByteProgress:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._progress.stop()
+        if self._progress is not None:
+            self._progress.stop()
 
     def __call__(self, done: int, total: int) -> None:
-        self._progress.update(self._task, completed=done, total=total)
+        if self._progress is not None:
+            self._progress.update(self._task, completed=done, total=total)
+
+
+class RunStatus:
+    """An `on_event` callback that shows the running play and task on one transient line.
+
+    Shown only on a terminal (`is_live`); elsewhere it prints nothing. A byte bar is not possible
+    here: a module reports once, when it is done, so the events carry no bytes while a node
+    hashes or fetches.
+    """
+
+    def __init__(self, console: Console, title: str) -> None:
+        self._title = title
+        self._play = ""
+        self._status = console.status(title) if is_live(console) else None
+
+    def __enter__(self) -> RunStatus:
+        if self._status is not None:
+            self._status.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._status is not None:
+            self._status.stop()
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        if self._status is None:
+            return
+        line = describe_event(event)
+        if line is None:
+            return
+        if line.kind == "play":
+            self._play = line.text
+        elif line.kind in ("task", "handler"):
+            where = " / ".join(part for part in (self._play, line.text) if part)
+            self._status.update(Text(f"{self._title}: {where}", style="dim"))
 
 
 _VERIFY_STYLES = {
@@ -254,3 +322,83 @@ def print_verify_report(console: Console, report: VerifyReport) -> None:
     if report.extras:
         verdict.append(f"; {len(report.extras)} extra file(s) left in place", style="yellow")
     console.print(verdict, soft_wrap=True)
+
+
+def sync_table(result: SyncResult) -> Table:
+    """Per node: verified or not, files, what was fetched, hashed and vouched for by the cache."""
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("node", no_wrap=True)
+    table.add_column("verified")
+    table.add_column("files", justify="right")
+    table.add_column("fetched", justify="right")
+    table.add_column("hashed", justify="right")
+    table.add_column("cache hits", justify="right")
+    table.add_column("seconds", justify="right")
+    for node in result.nodes:
+        table.add_row(
+            node.node,
+            "yes" if node.verified else "NO",
+            str(node.files),
+            f"{node.files_fetched} ({decimal(node.bytes_fetched)})",
+            decimal(node.bytes_hashed),
+            decimal(node.bytes_cached),
+            f"{node.seconds:.1f}",
+            style=None if node.verified else "red",
+        )
+    return table
+
+
+def print_sync_report(console: Console, result: SyncResult) -> None:
+    """The per-node table, then every unverified node with its reason and files, then a verdict."""
+    if result.nodes:
+        console.print(sync_table(result))
+    if any(n.files_fetched for n in result.nodes):
+        console.print(
+            Text("  (a fetched file is hashed as it lands; that is not in 'hashed')", style="dim")
+        )
+    for node in result.unverified:
+        console.print(Text.assemble(("  " + node.node, "bold"), f": {node.reason}"), soft_wrap=True)
+        for problem in node.problems:
+            console.print(
+                Text.assemble(
+                    "    ",
+                    (f"{problem.status:<14}", _VERIFY_STYLES.get(problem.status, "")),
+                    (problem.path, "bold"),
+                    f"  {problem.message}",
+                ),
+                soft_wrap=True,
+            )
+    for node in result.nodes:
+        if node.extras:
+            console.print(
+                Text(
+                    f"  {node.node}: {len(node.extras)} extra file(s) left in place: "
+                    + ", ".join(node.extras[:5])
+                    + (" ..." if len(node.extras) > 5 else ""),
+                    style="yellow",
+                ),
+                soft_wrap=True,
+            )
+    fetched = sum(n.bytes_fetched for n in result.nodes)
+    hashed = sum(n.bytes_hashed for n in result.nodes)
+    if result.ok:
+        size = max(n.bytes_total for n in result.nodes)
+        verdict = Text.assemble(
+            ("OK", "bold green"),
+            f": {len(result.nodes)} node(s) verified ({decimal(size)} each); "
+            f"{decimal(fetched)} fetched, {decimal(hashed)} hashed",
+        )
+    else:
+        run = f"status={result.run.status}, rc={result.run.rc}"
+        if result.unverified:
+            what = "not verified: " + ", ".join(n.node for n in result.unverified)
+        else:
+            what = "no node ran the model stage" if not result.nodes else "the playbook failed"
+            for task in result.run.failed_tasks:  # no node line explains these
+                console.print(
+                    Text.assemble("  ", (task.host, "bold"), f"  {task.task}: ", task.message),
+                    soft_wrap=True,
+                )
+        verdict = Text.assemble(("FAILED", "bold red"), f": {what} ({run})")
+    console.print(verdict, soft_wrap=True)
+    console.print(Text(f"artifacts: {result.run.artifact_dir}", style="dim"), soft_wrap=True)

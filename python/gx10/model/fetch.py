@@ -39,12 +39,8 @@ def install_verified(
     cache_root: Path | None = None,
     cache_path: Path | None = None,
 ) -> Installed:
-    """Verify `tmp_partial` against `expected`, then atomically rename it to `dest`.
-
-    `cache_root` is the model directory whose verification cache should record the installed file
-    (as `expected.path`; `cache_path` overrides the cache file), so verifying the directory right
-    after a fetch does not hash the file a second time. Failing to record it is not an error.
-    """
+    """The collection's `model_files.install_verified` (one implementation, which the nodes run),
+    for a manifest file, raising gx10's `InstallError` kinds (`Gx10Error`s) instead of its own."""
     pinned = Expected(expected.path, expected.size, expected.algo, expected.digest)
     try:
         return model_files.install_verified(

@@ -14,7 +14,7 @@ be written (read-only) is still verified; the report says the cache was not save
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from ansible_collections.gx10.cluster.plugins.module_utils.model_files import (
     Expected,
     FileResult,
     Status,
+    Verification,
     VerifyInputError,
     load_cache,
     update_cache,
@@ -43,6 +44,7 @@ __all__ = [
     "CacheEntry",
     "FileResult",
     "Status",
+    "Verification",
     "VerifyReport",
     "expected_of",
     "load_cache",
@@ -51,60 +53,22 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class VerifyReport:
-    directory: Path
+@dataclass(frozen=True)
+class VerifyReport(Verification):
+    """A verify pass (the collection's `Verification`) and the manifest it checked against."""
+
     repo: str
     revision: str
-    results: tuple[FileResult, ...]
-    """Manifest files in manifest order, then extra files sorted by path."""
-    total_bytes: int
-    """Size of the checkpoint per the manifest."""
-    hashed_bytes: int
-    """Bytes read and hashed in this run."""
-    cached_bytes: int
-    """Bytes of files whose digest came from the cache."""
-    elapsed_s: float
-    jobs: int
-    cache_path: Path | None
-    notes: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        """Every manifest file is present with the right size and hash (extras do not count)."""
-        return all(r.status in ("ok", "extra") for r in self.results)
-
-    @property
-    def failures(self) -> tuple[FileResult, ...]:
-        return tuple(r for r in self.results if r.status not in ("ok", "extra"))
-
-    @property
-    def extras(self) -> tuple[FileResult, ...]:
-        return tuple(r for r in self.results if r.status == "extra")
-
-    def counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for result in self.results:
-            counts[result.status] = counts.get(result.status, 0) + 1
-        return counts
 
     def to_dict(self) -> dict[str, Any]:
+        # The manifest's identity next to the directory, ahead of the figures.
+        base = super().to_dict()
         return {
-            "ok": self.ok,
-            "directory": str(self.directory),
+            "ok": base["ok"],
+            "directory": base["directory"],
             "repo": self.repo,
             "revision": self.revision,
-            "counts": self.counts(),
-            "total_bytes": self.total_bytes,
-            "hashed_bytes": self.hashed_bytes,
-            "cached_bytes": self.cached_bytes,
-            "elapsed_s": round(self.elapsed_s, 3),
-            "jobs": self.jobs,
-            "cache_path": str(self.cache_path) if self.cache_path else None,
-            "notes": list(self.notes),
-            "failures": [r.to_dict() for r in self.failures],
-            "extras": [r.to_dict() for r in self.extras],
-            "files": [r.to_dict() for r in self.results],
+            **base,
         }
 
 
@@ -143,16 +107,5 @@ def verify(
         )
     except VerifyInputError as exc:
         raise VerifyError(str(exc)) from None
-    return VerifyReport(
-        directory=directory,
-        repo=manifest.repo,
-        revision=manifest.revision,
-        results=found.results,
-        total_bytes=manifest.total_size,
-        hashed_bytes=found.hashed_bytes,
-        cached_bytes=found.cached_bytes,
-        elapsed_s=found.elapsed_s,
-        jobs=found.jobs,
-        cache_path=found.cache_path,
-        notes=found.notes,
-    )
+    found_fields = {field.name: getattr(found, field.name) for field in fields(found)}
+    return VerifyReport(**found_fields, repo=manifest.repo, revision=manifest.revision)

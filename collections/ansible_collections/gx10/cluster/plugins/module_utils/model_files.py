@@ -7,9 +7,13 @@ so there is one implementation of every rule.
 
 - Hashing: sha256 of the content (the Hub's ``lfs.sha256``) or the git blob sha1
   (``sha1(b"blob <size>\\0" + content)``, the Hub's ``blobId``, what ``git hash-object`` prints),
-  one file or many in parallel. Threads, not processes: hashlib and file reads release the GIL on
-  large buffers, so N threads keep N cores busy without a second copy of the data. A 1 MiB read
-  stays in the core's L2 cache between the copy and the hash (``bench/hash_throughput.py``).
+  one file or many in parallel. Parallel across files (a file's hash is one sequential chain).
+  Threads, not processes: hashlib and file reads release the GIL on large buffers, so N threads
+  keep N cores busy (as fast as a process pool, measured) without pickling results. A 1 MiB read
+  into a buffer reused for every read stays in the core's L2 cache between the copy and the
+  hash: 4-16 MiB reads spill out of it and are slower, and hashing an mmap of the file (no copy,
+  but the hash then reads RAM) was no faster (``bench/hash_throughput.py``,
+  docs/PERFORMANCE.md).
 - Verification: every expected file is ok, missing, size_mismatch, hash_mismatch or unreadable;
   files the manifest does not list are "extra", reported and never touched. Sizes first (a
   truncated shard costs a stat), then the rest is hashed in parallel.
@@ -45,7 +49,10 @@ Status = Literal["ok", "missing", "size_mismatch", "hash_mismatch", "unreadable"
 
 ProgressCallback = Callable[[int, int], None]
 """Called with (bytes hashed so far, bytes to hash in total), one call at a time (a lock
-serializes the worker threads); the first call is (0, total)."""
+serializes the worker threads); the first call is (0, total), then at most one call per
+PROGRESS_INTERVAL_S, and a last call with the final count."""
+
+PROGRESS_INTERVAL_S = 0.1
 
 READ_SIZE = 1024 * 1024
 CACHE_NAME = ".gx10-verify-cache.json"
@@ -213,6 +220,7 @@ def hash_many(
             raise failures[0] from None  # the cause, not a worker that stopped because of it
         raise
     pool.shutdown(wait=True)
+    meter.finish()
     return [outcome for outcome in outcomes if outcome is not None]
 
 
@@ -229,14 +237,29 @@ def default_workers() -> int:
 
 
 class _Meter:
-    def __init__(self, total: int, callback: ProgressCallback | None) -> None:
+    """Bytes hashed so far, passed on to the progress callback at most every `interval` seconds.
+
+    A call per read would cost the hashing threads more than the bar is worth: a rich progress
+    update takes a lock and some microseconds, thousands of times a second at GB/s.
+    """
+
+    def __init__(
+        self,
+        total: int,
+        callback: ProgressCallback | None,
+        interval: float | None = None,
+    ) -> None:
         self._total = total
         self._done = 0
+        self._reported = 0
+        self._due = 0.0
+        self._interval = PROGRESS_INTERVAL_S if interval is None else interval
         self._callback = callback
         self._lock = threading.Lock()
 
     def start(self) -> None:
         if self._callback is not None:
+            self._due = time.monotonic() + self._interval
             self._callback(0, self._total)
 
     def add(self, count: int) -> None:
@@ -244,7 +267,24 @@ class _Meter:
             return
         with self._lock:
             self._done += count
-            self._callback(self._done, max(self._total, self._done))
+            now = time.monotonic()
+            if now < self._due and self._done < self._total:
+                return
+            self._due = now + self._interval
+            self._report()
+
+    def finish(self) -> None:
+        """Report the final count if the last reads fell inside an interval."""
+        if self._callback is None:
+            return
+        with self._lock:
+            if self._done != self._reported:
+                self._report()
+
+    def _report(self) -> None:
+        assert self._callback is not None
+        self._reported = self._done
+        self._callback(self._done, max(self._total, self._done))
 
 
 # --- expected files --------------------------------------------------------------------------
@@ -400,11 +440,17 @@ class FileResult:
 
 @dataclass(frozen=True)
 class Verification:
-    """What one verify pass found: manifest files in manifest order, then extras by path."""
+    """What one verify pass found (``gx10.model.VerifyReport`` adds the manifest's identity)."""
 
+    directory: Path
     results: tuple[FileResult, ...]
+    """Expected files in the given order, then extra files sorted by path."""
+    total_bytes: int
+    """Size of every expected file together."""
     hashed_bytes: int
+    """Bytes read and hashed in this pass."""
     cached_bytes: int
+    """Bytes of files whose digest came from the verification cache."""
     elapsed_s: float
     jobs: int
     cache_path: Path | None
@@ -412,6 +458,7 @@ class Verification:
 
     @property
     def ok(self) -> bool:
+        """Every expected file is present with the right size and hash (extras do not count)."""
         return all(r.status in ("ok", "extra") for r in self.results)
 
     @property
@@ -421,6 +468,30 @@ class Verification:
     @property
     def extras(self) -> tuple[FileResult, ...]:
         return tuple(r for r in self.results if r.status == "extra")
+
+    def counts(self) -> dict[str, int]:
+        """How many files have each status."""
+        counts: dict[str, int] = {}
+        for result in self.results:
+            counts[result.status] = counts.get(result.status, 0) + 1
+        return counts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "directory": str(self.directory),
+            "counts": self.counts(),
+            "total_bytes": self.total_bytes,
+            "hashed_bytes": self.hashed_bytes,
+            "cached_bytes": self.cached_bytes,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "jobs": self.jobs,
+            "cache_path": str(self.cache_path) if self.cache_path else None,
+            "notes": list(self.notes),
+            "failures": [r.to_dict() for r in self.failures],
+            "extras": [r.to_dict() for r in self.extras],
+            "files": [r.to_dict() for r in self.results],
+        }
 
 
 def verify_files(
@@ -507,7 +578,9 @@ def verify_files(
     if cache_file is not None and directory.is_dir():
         save_cache_noting(cache_file, fresh, notes)
     return Verification(
+        directory=directory,
         results=tuple(results[e.path] for e in expected) + tuple(extras),
+        total_bytes=sum(e.size for e in expected),
         hashed_bytes=sum(job.size for job in to_hash),
         cached_bytes=cached_bytes,
         elapsed_s=time.monotonic() - started,

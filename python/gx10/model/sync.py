@@ -1,0 +1,265 @@
+"""`gx10 model sync`: run the model stage and say, per node, whether its copy is verified.
+
+The stage is `playbooks/model.yml` run through `gx10.provision.provision()`. The figures come
+from the results of the role's `gx10.cluster.model_fetch` tasks, told apart by the task file they
+come from (roles/model_sync/tasks/): `need.yml` (a worker's check-mode probe), `fetch.yml` (the
+fetch) and `verify.yml` (each node verifies its own copy once every fetch is done).
+
+A node counts as verified only if its `verify.yml` pass returned ok: a playbook that ends early,
+a limit that skips the step, or events this code cannot read all leave the node unverified,
+never wrongly verified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import PurePath
+from typing import Any, Literal
+
+from gx10.provision import EventHandler, PathLike, ProvisionResult, provision
+
+PLAYBOOK = "model.yml"
+MODULE = "gx10.cluster.model_fetch"
+ROLE = "model_sync"
+
+Pass = Literal["need", "fetch", "verify"]
+_PASSES: tuple[Pass, ...] = ("need", "fetch", "verify")
+
+
+@dataclass(frozen=True, slots=True)
+class FileProblem:
+    """A file a node still lacks or holds wrong."""
+
+    path: str
+    status: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSync:
+    """One node's totals over every model_fetch pass of the run."""
+
+    node: str
+    verified: bool
+    """Its verify.yml pass returned ok."""
+    files: int
+    """Files in the manifest."""
+    files_fetched: int
+    bytes_total: int
+    """Size of the checkpoint."""
+    bytes_fetched: int
+    """Read from the source (the head) or from the head's copy (a worker)."""
+    bytes_hashed: int
+    """Read and hashed by the verify passes, all passes together (cache hits are not read; the
+    hash of a fetched file as it lands is not counted either)."""
+    bytes_cached: int
+    """Vouched for by the verification cache in the node's first pass: the copy it started
+    with that did not need reading (later passes mostly find the run's own work)."""
+    seconds: float
+    """The model_fetch passes' own wall time on the node."""
+    problems: tuple[FileProblem, ...] = ()
+    """What the node's last failed pass named: missing or mismatching files."""
+    reason: str | None = None
+    """Why the node is not verified, in one line (None when it is)."""
+    extras: tuple[str, ...] = ()
+    """Files in the directory that the manifest does not list (left in place)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verified": self.verified,
+            "files": self.files,
+            "files_fetched": self.files_fetched,
+            "bytes_total": self.bytes_total,
+            "bytes_fetched": self.bytes_fetched,
+            "bytes_hashed": self.bytes_hashed,
+            "bytes_cached": self.bytes_cached,
+            "seconds": round(self.seconds, 3),
+            "reason": self.reason,
+            "problems": [
+                {"path": p.path, "status": p.status, "message": p.message} for p in self.problems
+            ],
+            "extras": list(self.extras),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    run: ProvisionResult
+    nodes: tuple[NodeSync, ...]
+    """Every node the run touched, sorted by name."""
+
+    @property
+    def ok(self) -> bool:
+        """The playbook succeeded and every node it ran on verified its copy."""
+        return self.run.ok and bool(self.nodes) and all(n.verified for n in self.nodes)
+
+    @property
+    def unverified(self) -> tuple[NodeSync, ...]:
+        return tuple(n for n in self.nodes if not n.verified)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "unverified": [n.node for n in self.unverified],
+            "nodes": {n.node: n.to_dict() for n in self.nodes},
+            "run": self.run.to_dict(),
+        }
+
+
+def sync(
+    inventory: PathLike,
+    *,
+    reverify: bool = False,
+    limit: str | None = None,
+    on_event: EventHandler | None = None,
+    artifact_dir: PathLike | None = None,
+) -> SyncResult:
+    """Run the model stage against `inventory` and gather each node's totals.
+
+    `reverify` sets the role's `model_sync_reverify` (as an extra variable, so it wins over the
+    inventory): every file is hashed again, ignoring the verification caches.
+    """
+    collector = SyncEvents(on_event)
+    run = provision(
+        inventory,
+        PLAYBOOK,
+        limit=limit,
+        extravars={"model_sync_reverify": True} if reverify else None,
+        on_event=collector,
+        artifact_dir=artifact_dir,
+    )
+    return collector.result(run)
+
+
+@dataclass
+class _Outcome:
+    failed: bool
+    res: Mapping[str, Any]
+
+
+@dataclass
+class _Node:
+    passes: dict[Pass, _Outcome] = field(default_factory=dict)
+    last_failed: _Outcome | None = None
+
+
+class SyncEvents:
+    """An `on_event` handler that keeps the model_fetch results, then forwards the event."""
+
+    def __init__(self, on_event: EventHandler | None = None) -> None:
+        self._on_event = on_event
+        self._nodes: dict[str, _Node] = {}
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        self._record(event)
+        if self._on_event is not None:
+            self._on_event(event)
+
+    def _record(self, event: Mapping[str, Any]) -> None:
+        name = event.get("event")
+        if name not in ("runner_on_ok", "runner_on_failed"):
+            return
+        data = event.get("event_data") or {}
+        kind = _pass_of(data)
+        res = data.get("res")
+        host = data.get("host")
+        if kind is None or not isinstance(res, Mapping) or not isinstance(host, str):
+            return
+        outcome = _Outcome(failed=name == "runner_on_failed" or bool(res.get("failed")), res=res)
+        node = self._nodes.setdefault(host, _Node())
+        node.passes[kind] = outcome
+        if outcome.failed:
+            node.last_failed = outcome
+
+    def result(self, run: ProvisionResult) -> SyncResult:
+        names = sorted(set(run.hosts) | set(self._nodes))
+        return SyncResult(run, tuple(self._node(name, run) for name in names))
+
+    def _node(self, name: str, run: ProvisionResult) -> NodeSync:
+        node = self._nodes.get(name, _Node())
+        results = [node.passes[k].res for k in _PASSES if k in node.passes]
+        first = results[0] if results else {}
+        fetch = node.passes.get("fetch")
+        final = node.passes.get("verify")
+        verified = final is not None and not final.failed and final.res.get("ok") is True
+        last = final or fetch or node.passes.get("need")
+        problems: tuple[FileProblem, ...] = ()
+        if node.last_failed is not None and not verified:
+            problems = _problems(node.last_failed.res)
+        return NodeSync(
+            node=name,
+            verified=verified,
+            files=max((_int(r, "files_total") for r in results), default=0),
+            files_fetched=_int(fetch.res, "files_fetched") if fetch else 0,
+            bytes_total=max((_int(r, "bytes_total") for r in results), default=0),
+            bytes_fetched=_int(fetch.res, "bytes_from_source") if fetch else 0,
+            bytes_hashed=sum(_int(r, "bytes_hashed") for r in results),
+            bytes_cached=_int(first, "bytes_cached"),
+            seconds=sum(_float(r, "seconds") for r in results),
+            problems=problems,
+            reason=None if verified else _reason(name, node, run),
+            extras=_extras(last.res) if last else (),
+        )
+
+
+def _pass_of(data: Mapping[str, Any]) -> Pass | None:
+    """Which of the role's model_fetch tasks an event is from, if any."""
+    action = str(data.get("resolved_action") or data.get("task_action") or "")
+    if action not in (MODULE, "model_fetch"):
+        return None
+    task_path = str(data.get("task_path") or "")
+    if not task_path:
+        return None
+    path = PurePath(task_path.rsplit(":", 1)[0])
+    if ROLE not in path.parts:
+        return None
+    for kind in _PASSES:
+        if path.stem == kind:
+            return kind
+    return None
+
+
+def _reason(name: str, node: _Node, run: ProvisionResult) -> str:
+    if node.last_failed is not None:
+        res = node.last_failed.res
+        return str(res.get("msg") or "the model_fetch task failed")
+    failed_here = [t for t in run.failed_tasks if t.host == name]
+    if failed_here:
+        task = failed_here[0]
+        return f"task '{task.task}' failed: {task.message}"
+    if run.status == "canceled":
+        return "the run was interrupted before this node was verified"
+    if "verify" in node.passes:
+        return "its verify step did not report ok"
+    elsewhere = run.failed_tasks[0] if run.failed_tasks else None
+    if elsewhere is not None:
+        return f"not verified: the run stopped after '{elsewhere.task}' failed on {elsewhere.host}"
+    return f"not verified: the run ended without its verify step (status={run.status})"
+
+
+def _problems(res: Mapping[str, Any]) -> tuple[FileProblem, ...]:
+    return tuple(
+        FileProblem(str(f.get("path")), str(f.get("status")), str(f.get("message")))
+        for f in _list(res, "failures")
+        if isinstance(f, Mapping)
+    )
+
+
+def _extras(res: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(str(e.get("path")) for e in _list(res, "extras") if isinstance(e, Mapping))
+
+
+def _int(res: Mapping[str, Any], key: str) -> int:
+    value = res.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _float(res: Mapping[str, Any], key: str) -> float:
+    value = res.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+def _list(res: Mapping[str, Any], key: str) -> list[Any]:
+    value = res.get(key)
+    return value if isinstance(value, list) else []
