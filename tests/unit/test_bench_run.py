@@ -202,9 +202,12 @@ def test_matrix_is_checked_against_the_server(url: str, tmp_path: Path, lock: Pa
     assert queued.failed == []
     with pytest.raises(BenchError, match=r"cannot reach http://127\.0\.0\.1:9/v1/models"):
         bench("http://127.0.0.1:9", tmp_path / "d", lock, prompt_lengths="256")
-    capped = bench(url, tmp_path / "e", lock, prompt_lengths="256", clock_caps="2000,unlocked")
-    assert [c["id"] for c in capped.cases] == ["p256-c1-unlocked"]
-    assert "need an inventory (-i)" in capped.notes[0]
+    with pytest.raises(MatrixError) as error:
+        bench(url, tmp_path / "e", lock, prompt_lengths="256", clock_caps="2000,unlocked")
+    assert "clock caps ['2000'] need an inventory (gx10 bench -i INV)" in str(error.value)
+    assert not (tmp_path / "e").exists()
+    only_unlocked = bench(url, tmp_path / "f", lock, prompt_lengths="256", clock_caps="Unlocked")
+    assert [c["id"] for c in only_unlocked.cases] == ["p256-c1-unlocked"]
 
 
 def test_cli_run_and_report(

@@ -10,6 +10,13 @@ A run file holds any of the RunConfig fields, plus either `sweeps` (a list of
 keys at the top level (one product). Command-line axes replace the sweeps with one product; an
 axis not given there comes from the run file's single product, else 256 tokens, 1 stream,
 unlocked.
+
+Clock caps are MHz (within the node tool's 100-5000) or `unlocked`; a cap other than `unlocked`
+needs an inventory (`gx10 bench -i`), which sets and restores the nodes' caps. Cases are grouped
+by cap (in the order the caps first appear), so a clock sweep sets each cap once. The clock-sweep
+safety settings (cool_down_c, abort_c, cool_down_timeout_s, session_max_s) and the telemetry
+interval are RunConfig fields too; they do not change what a case measures, so a resumed run may
+change them.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import yaml
 from gx10.errors import Gx10Error
 
 UNLOCKED = "unlocked"
+CLOCK_RANGE_MHZ = (100, 5000)  # what gx10-gpu-clock accepts
 REFERENCE_PROMPTS = (256, 1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288)
 REFERENCE_CONCURRENCY = (1, 2, 4, 6, 8, 10, 12)
 
@@ -76,6 +84,16 @@ class RunConfig:
     prefill_ceiling_tps: float = 6000.0  # prefill above this: a cache hit whatever the neighbours
     request_timeout_s: float = 3600.0
     time_scale: float | None = None  # lab simulator only; None: read it from /metrics, else 1
+    # Clock-sweep safety and telemetry (with an inventory; see gx10.bench.clocks).
+    cool_down_c: float = 70.0  # before each case, every node below this temperature
+    abort_c: float = 84.0  # above this (before or during a case), the rest of the run is skipped
+    cool_down_timeout_s: float = 900.0  # a cool-down taking longer aborts the run
+    session_max_s: float = 86400.0  # the nodes' own deadline for this run's clock sessions
+    telemetry_interval_ms: int = 1000  # nvidia-smi -lms
+
+    def capped(self) -> list[str]:
+        """The clock caps other than 'unlocked' (they need an inventory)."""
+        return [c for c in self.clock_order() if c != UNLOCKED]
 
     def cases(self) -> list[Case]:
         found = {
@@ -135,7 +153,12 @@ def parse_int_list(text: str, what: str) -> tuple[int, ...]:
 
 
 def parse_clock_caps(text: str) -> tuple[str, ...]:
-    return tuple(p.strip() for p in text.split(",") if p.strip())
+    return tuple(_clock_text(p) for p in text.split(",") if p.strip())
+
+
+def _clock_text(value: Any) -> str:
+    text = str(value).strip()
+    return UNLOCKED if text.lower() == UNLOCKED else text
 
 
 def _axis(value: Any, name: str, errors: list[str]) -> tuple[Any, ...]:
@@ -153,7 +176,7 @@ def _axis(value: Any, name: str, errors: list[str]) -> tuple[Any, ...]:
         errors.append(f"{name}: expected a list, got {value!r}")
         return ()
     if name == "clock_caps":
-        return tuple(str(v) for v in value)
+        return tuple(_clock_text(v) for v in value)
     bad = [v for v in value if not isinstance(v, int) or isinstance(v, bool)]
     if bad:
         errors.append(f"{name}: not integers: {bad}")
@@ -257,9 +280,13 @@ def static_problems(config: RunConfig) -> list[str]:
             errors.append(f"{where}every axis needs at least one value")
         errors += _positive(sweep.prompt_lengths, f"{where}prompt lengths")
         errors += _positive(sweep.concurrency, f"{where}concurrency levels")
+        low, high = CLOCK_RANGE_MHZ
         for cap in sweep.clock_caps:
-            if cap != UNLOCKED and not (cap.isdigit() and int(cap) > 0):
-                errors.append(f"{where}clock cap {cap!r}: expected MHz (e.g. 2000) or 'unlocked'")
+            if cap != UNLOCKED and not (cap.isdigit() and low <= int(cap) <= high):
+                errors.append(
+                    f"{where}clock cap {cap!r}: expected MHz ({low}-{high}, e.g. 2000) or "
+                    "'unlocked'"
+                )
     errors += _positive([config.max_tokens], "max_tokens")
     if not isinstance(config.temperature, int | float) or config.temperature < 0:
         errors.append(f"temperature must be >= 0, got {config.temperature!r}")
@@ -273,7 +300,46 @@ def static_problems(config: RunConfig) -> list[str]:
         errors.append(f"cache_hit_factor must be > 1, got {config.cache_hit_factor!r}")
     if config.request_timeout_s <= 0:
         errors.append(f"request_timeout_s must be > 0, got {config.request_timeout_s!r}")
+    errors += safety_problems(config)
     return errors
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def safety_problems(config: RunConfig) -> list[str]:
+    """The clock-sweep safety settings: numbers, in range, cool-down below the abort limit."""
+    errors: list[str] = []
+    for name in ("cool_down_c", "abort_c"):
+        value = getattr(config, name)
+        if not _number(value) or not 20 <= value <= 110:
+            errors.append(f"{name} must be a temperature in C between 20 and 110, got {value!r}")
+    both = _number(config.cool_down_c) and _number(config.abort_c)
+    if both and config.cool_down_c >= config.abort_c:
+        errors.append(
+            f"cool_down_c {config.cool_down_c:g} must be below abort_c {config.abort_c:g} "
+            "(cooled nodes must be able to run a case)"
+        )
+    for name in ("cool_down_timeout_s", "session_max_s"):
+        value = getattr(config, name)
+        if not _number(value) or value <= 0:
+            errors.append(f"{name} must be > 0 seconds, got {value!r}")
+    interval = config.telemetry_interval_ms
+    if not isinstance(interval, int) or isinstance(interval, bool) or not 100 <= interval <= 60000:
+        errors.append(f"telemetry_interval_ms must be 100-60000, got {interval!r}")
+    return errors
+
+
+def inventory_problems(config: RunConfig, have_inventory: bool) -> list[str]:
+    """Clock caps other than 'unlocked' need the nodes (an inventory) to set and restore them."""
+    capped = config.capped()
+    if capped and not have_inventory:
+        return [
+            f"clock caps {capped} need an inventory (gx10 bench -i INV): the caps are set on "
+            "the nodes and restored after; against a bare --endpoint only 'unlocked' runs"
+        ]
+    return []
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,10 @@ Definitions (all durations in seconds; divided by the time scale for the lab sim
   chunks are not tokens). The first token comes out of the prefill, hence the -1 (vLLM's TPOT).
 - Aggregate tok/s: completion tokens of the case's successful requests / case wall time (first
   request sent to last stream done).
+- Node telemetry (with an inventory): per node, mean and max of the power, temperature and SM
+  clock readings taken during the case (nvidia-smi's power.draw is itself a ~1 s average).
+  Efficiency, tok/s/W: aggregate tok/s / the sum of the nodes' mean power; decode tok/s/W: the
+  per-session decode p50 / the same power (the reference notes' figure, at one stream).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from gx10.bench.client import RequestResult
+from gx10.bench.telemetry import Sample
 
 PERCENTILES = (50, 90, 99)
 
@@ -151,3 +156,52 @@ def flag_cache_hits(
                     f"probable cache hit: the server counted {hits:,.0f} prefix-cache hit tokens "
                     f"of {prompt:,} prompt tokens"
                 )
+
+
+def _mean_max(values: Sequence[float | None]) -> dict[str, float | None]:
+    present = [v for v in values if v is not None]
+    return {
+        "mean": statistics.fmean(present) if present else None,
+        "max": max(present) if present else None,
+    }
+
+
+def node_telemetry(samples: Sequence[Sample]) -> dict[str, Any]:
+    """One node's figures over a case's samples."""
+    return {
+        "samples": len(samples),
+        "power_w": _mean_max([s.power_w for s in samples]),
+        "temperature_c": _mean_max([s.temperature_c for s in samples]),
+        "sm_clock_mhz": _mean_max([s.sm_clock_mhz for s in samples]),
+        "utilization_pct": _mean_max([s.utilization_pct for s in samples]),
+    }
+
+
+def case_telemetry(
+    per_node: Mapping[str, Sequence[Sample]],
+    aggregate_tps: float | None,
+    decode_tps: float | None = None,
+    approximate: Iterable[str] = (),
+) -> dict[str, Any]:
+    """A case's telemetry: per node figures, the total power and the efficiency.
+
+    `approximate` names the nodes whose figures come from the first reading after the case (it
+    was shorter than the sampling interval). The total power (and so efficiency) is None unless
+    every node reported a power."""
+    rough = set(approximate)
+    nodes = {
+        name: {**node_telemetry(samples), "approximate": name in rough}
+        for name, samples in per_node.items()
+    }
+    powers = [n["power_w"]["mean"] for n in nodes.values()]
+    total = sum(powers) if powers and all(p is not None for p in powers) else None
+    temps = [n["temperature_c"]["max"] for n in nodes.values() if n["temperature_c"]["max"]]
+    clocks = [n["sm_clock_mhz"]["mean"] for n in nodes.values() if n["sm_clock_mhz"]["mean"]]
+    return {
+        "nodes": nodes,
+        "power_w_total": total,
+        "temperature_c_max": max(temps) if temps else None,
+        "sm_clock_mhz_mean": statistics.fmean(clocks) if clocks else None,
+        "tps_per_w": aggregate_tps / total if aggregate_tps is not None and total else None,
+        "decode_tps_per_w": decode_tps / total if decode_tps is not None and total else None,
+    }

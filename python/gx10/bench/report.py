@@ -1,5 +1,6 @@
 """The bench report: OUT/report.html (self-contained, figures embedded as PNG) and OUT/summary.md
-(the summary tables, in the reference notes' layout), rebuilt from OUT/results.json alone."""
+(the summary tables, in the reference notes' layout), rebuilt from OUT/results.json and, for the
+temperature timeline, OUT/telemetry.csv (runs with an inventory)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from gx10.bench.matrix import UNLOCKED
 from gx10.bench.metrics import flag_cache_hits
-from gx10.bench.runner import load_results
+from gx10.bench.runner import TELEMETRY_FILE, load_results
+from gx10.bench.telemetry import read_csv
 from gx10.errors import Gx10Error
 
 TITLES = {
@@ -32,6 +35,10 @@ TITLES = {
 NOT_MEASURED = (
     "Not measured: needs node telemetry (nvidia-smi SM clock, power, temperature) and clock caps, "
     "which need an inventory (gx10 bench -i INV); this run used a bare endpoint."
+)
+ONE_CAP = (
+    "Only one clock cap has measured cases: a sweep needs two or more (--clock-caps "
+    "2000,2400,unlocked with -i)."
 )
 
 
@@ -53,14 +60,22 @@ def _png(fig: Figure) -> str:
 
 def _series(
     cases: Sequence[Mapping[str, Any]], group: str, x: str, y: str
-) -> dict[Any, list[tuple[float, float]]]:
-    out: dict[Any, list[tuple[float, float]]] = {}
+) -> dict[tuple[Any, str], list[tuple[float, float]]]:
+    """(case[group], clock cap) -> sorted (x, y) points: figures never mix clock caps."""
+    out: dict[tuple[Any, str], list[tuple[float, float]]] = {}
     for case in cases:
         value = case.get(y) if y == "aggregate_tps" else _p50(case, y)
         if value is None:
             continue
-        out.setdefault(case[group], []).append((float(case[x]), float(value)))
-    return {k: sorted(v) for k, v in sorted(out.items())}
+        key = (case[group], str(case["clock_cap"]))
+        out.setdefault(key, []).append((float(case[x]), float(value)))
+    return {k: sorted(out[k]) for k in sorted(out, key=lambda k: (k[0], _cap_key(k[1])))}
+
+
+def _name(text: str, key: tuple[Any, str], cases: Sequence[Mapping[str, Any]]) -> str:
+    """A series' label, with its clock cap when the run has several."""
+    several = len({c["clock_cap"] for c in cases}) > 1
+    return f"{text}, {_cap_label(key[1])}" if several else text
 
 
 def _flagged(case: Mapping[str, Any]) -> bool:
@@ -69,11 +84,13 @@ def _flagged(case: Mapping[str, Any]) -> bool:
 
 def figure_decode(cases: Sequence[Mapping[str, Any]]) -> str | None:
     single = [c for c in _ok(cases) if c["concurrency"] == 1]
-    points = _series(single, "concurrency", "prompt_tokens", "decode_tps").get(1)
-    if not points:
+    series = _series(single, "concurrency", "prompt_tokens", "decode_tps")
+    if not series:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label="per session, c=1")
+    for key, points in series.items():
+        label = _name("per session, c=1", key, single)
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
     ax.set_xscale("log", base=2)
     ax.set_ylim(bottom=0)
     ax.set_xlabel("context (prompt tokens)")
@@ -89,8 +106,9 @@ def figure_ttft(cases: Sequence[Mapping[str, Any]]) -> str | None:
     if not series:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    for conc, points in series.items():
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"c={conc}")
+    for key, points in series.items():
+        label = _name(f"c={key[0]}", key, _ok(cases))
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
     flagged = [c for c in _ok(cases) if _flagged(c) and _p50(c, "ttft_s")]
     if flagged:
         ax.scatter(
@@ -118,10 +136,11 @@ def figure_concurrency(cases: Sequence[Mapping[str, Any]]) -> str | None:
     if not agg:
         return None
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for prompt, points in agg.items():
-        left.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"{prompt}")
-        s = session.get(prompt, [])
-        right.plot([p[0] for p in s], [p[1] for p in s], marker="o", label=f"{prompt}")
+    for key, points in agg.items():
+        label = _name(f"{key[0]}", key, _ok(cases))
+        left.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+        s = session.get(key, [])
+        right.plot([p[0] for p in s], [p[1] for p in s], marker="o", label=label)
     left.set_title("aggregate tok/s")
     right.set_title("per-session decode tok/s (p50)")
     for ax in (left, right):
@@ -130,6 +149,151 @@ def figure_concurrency(cases: Sequence[Mapping[str, Any]]) -> str | None:
         ax.grid(True, alpha=0.3)
         ax.legend(title="prompt tokens", fontsize=8)
     fig.suptitle(TITLES["concurrency"])
+    return _png(fig)
+
+
+def _cap_key(cap: str) -> tuple[int, int]:
+    """Caps in MHz order, 'unlocked' last."""
+    return (1, 0) if cap == UNLOCKED else (0, int(cap) if cap.isdigit() else 0)
+
+
+def _cap_label(cap: str) -> str:
+    return cap if cap == UNLOCKED else f"{cap} MHz"
+
+
+def _measured(cases: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The successful cases with node telemetry."""
+    return [c for c in _ok(cases) if c.get("telemetry")]
+
+
+def sweep_groups(
+    cases: Sequence[Mapping[str, Any]],
+) -> dict[tuple[int, int], list[Mapping[str, Any]]]:
+    """(prompt, concurrency) -> its measured cases in cap order, for the points run at 2+ caps."""
+    groups: dict[tuple[int, int], list[Mapping[str, Any]]] = {}
+    for case in _measured(cases):
+        groups.setdefault((case["prompt_tokens"], case["concurrency"]), []).append(case)
+    return {
+        key: sorted(group, key=lambda c: _cap_key(str(c["clock_cap"])))
+        for key, group in sorted(groups.items())
+        if len({c["clock_cap"] for c in group}) > 1
+    }
+
+
+def _node_value(case: Mapping[str, Any], node: str, key: str, stat: str) -> float | None:
+    figures = ((case.get("telemetry") or {}).get("nodes") or {}).get(node) or {}
+    value = (figures.get(key) or {}).get(stat)
+    return float(value) if value is not None else None
+
+
+def _node_names(cases: Sequence[Mapping[str, Any]]) -> list[str]:
+    names: list[str] = []
+    for case in cases:
+        for name in (case.get("telemetry") or {}).get("nodes") or {}:
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def _line(ax: Any, xs: Sequence[int], ys: Sequence[float | None], name: str, **style: Any) -> None:
+    points = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
+    if points:
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name, **style)
+
+
+def figure_clock(cases: Sequence[Mapping[str, Any]]) -> str | None:
+    """Decode, prefill, power and temperature per node, tok/s/W and SM clock against the cap."""
+    groups = sweep_groups(cases)
+    if not groups:
+        return None
+    caps = sorted({str(c["clock_cap"]) for g in groups.values() for c in g}, key=_cap_key)
+    position = {cap: i for i, cap in enumerate(caps)}
+    nodes = _node_names([c for g in groups.values() for c in g])
+    fig, axes = plt.subplots(2, 3, figsize=(13, 7))
+    panels = [
+        (axes[0][0], "decode tok/s per session (p50)"),
+        (axes[0][1], "prefill tok/s (p50)"),
+        (axes[0][2], "tok/s/W (aggregate tok/s / total W)"),
+        (axes[1][0], "power W (mean, per node)"),
+        (axes[1][1], "temperature C (mean; max dashed)"),
+        (axes[1][2], "SM clock MHz (mean, per node)"),
+    ]
+    for (prompt, conc), group in groups.items():
+        label = f"p{prompt} c{conc}"
+        xs = [position[str(c["clock_cap"])] for c in group]
+        _line(axes[0][0], xs, [_p50(c, "decode_tps") for c in group], label)
+        _line(axes[0][1], xs, [_p50(c, "prefill_tps") for c in group], label)
+        _line(axes[0][2], xs, [(c.get("telemetry") or {}).get("tps_per_w") for c in group], label)
+        for node in nodes:
+            name = f"{node} {label}" if len(groups) > 1 else node
+            _line(axes[1][0], xs, [_node_value(c, node, "power_w", "mean") for c in group], name)
+            temps = [_node_value(c, node, "temperature_c", "mean") for c in group]
+            _line(axes[1][1], xs, temps, name)
+            peaks = [_node_value(c, node, "temperature_c", "max") for c in group]
+            color = axes[1][1].get_lines()[-1].get_color() if axes[1][1].get_lines() else None
+            _line(axes[1][1], xs, peaks, f"{name} max", linestyle="--", color=color, alpha=0.6)
+            _line(
+                axes[1][2], xs, [_node_value(c, node, "sm_clock_mhz", "mean") for c in group], name
+            )
+    for ax, title in panels:
+        ax.set_title(title, fontsize=10)
+        ax.set_xticks(range(len(caps)), [_cap_label(c) for c in caps], fontsize=8)
+        ax.set_xlabel("SM clock cap", fontsize=8)
+        ax.grid(True, alpha=0.3)
+        if ax.get_lines():
+            ax.legend(fontsize=7)
+    fig.suptitle(TITLES["clock"])
+    fig.tight_layout()
+    return _png(fig)
+
+
+def figure_thermal(document: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """Temperature per node across the run, the cases shaded, the cool-down and abort limits."""
+    rows = [r for r in rows if r.get("temperature_c") is not None]
+    if not rows:
+        return None
+    origin = min(r["wall"] for r in rows)
+    span = max(r["wall"] for r in rows) - origin
+    unit, unit_name = (60.0, "minutes") if span > 600 else (1.0, "seconds")
+    fig, ax = plt.subplots(figsize=(11, 4))
+    by_node: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        by_node.setdefault(r["node"], []).append(((r["wall"] - origin) / unit, r["temperature_c"]))
+    for node, points in by_node.items():
+        points.sort()
+        ax.plot([p[0] for p in points], [p[1] for p in points], linewidth=1, label=node)
+    cases = sorted(
+        (c for c in document.get("cases", {}).values() if c.get("started_wall")),
+        key=lambda c: c["started_wall"],
+    )
+    previous_cap = None
+    for i, case in enumerate(cases):
+        start = (case["started_wall"] - origin) / unit
+        end = (case.get("ended_wall", case["started_wall"]) - origin) / unit
+        color = "tab:red" if case.get("status") == "skipped" else "tab:gray"
+        ax.axvspan(start, end, color=color, alpha=0.08 if i % 2 else 0.16, linewidth=0)
+        if case.get("clock_cap") != previous_cap:
+            ax.axvline(start, color="black", linewidth=0.6, alpha=0.5)
+            ax.annotate(
+                _cap_label(str(case.get("clock_cap"))),
+                (start, 1.0),
+                xycoords=("data", "axes fraction"),
+                fontsize=7,
+                rotation=90,
+                va="top",
+                ha="right",
+            )
+            previous_cap = case.get("clock_cap")
+    safety = document.get("safety") or {}
+    for key, name, color in (("cool_down_c", "cool-down", "tab:blue"), ("abort_c", "abort", "r")):
+        if safety.get(key) is not None:
+            label = f"{name} {safety[key]:g} C"
+            ax.axhline(safety[key], color=color, linestyle="--", linewidth=0.8, label=label)
+    ax.set_xlabel(f"{unit_name} since the first reading (cases shaded, cap changes marked)")
+    ax.set_ylabel("GPU temperature C")
+    ax.set_title(TITLES["thermal"])
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
     return _png(fig)
 
 
@@ -149,54 +313,121 @@ def summary_tables(document: Mapping[str, Any]) -> str:
         + f"; time scale {document.get('server', {}).get('time_scale', 1)}"
     )
     lines.append("")
-    single = sorted((c for c in cases if c["concurrency"] == 1), key=lambda c: c["prompt_tokens"])
+    # With several clock caps, every row says which (the figures differ by cap).
+    caps = len({c["clock_cap"] for c in cases}) > 1
+    cap_head, cap_rule = ("cap | ", "---|") if caps else ("", "")
+
+    def cap_cell(c: Mapping[str, Any]) -> str:
+        return f"{_cap_label(str(c['clock_cap']))} | " if caps else ""
+
+    def by_cap(c: Mapping[str, Any]) -> tuple[int, int]:
+        return _cap_key(str(c["clock_cap"]))
+
+    single = sorted(
+        (c for c in cases if c["concurrency"] == 1), key=lambda c: (c["prompt_tokens"], by_cap(c))
+    )
     if single:
         lines += [
             "Single-stream context sweep (concurrency 1): prompt -> aggregate t/s, per-session "
             "t/s, prefill t/s, TTFT",
             "",
-            "| prompt | agg | session | prefill | TTFT s | status |",
-            "|---|---|---|---|---|---|",
+            f"| prompt | {cap_head}agg | session | prefill | TTFT s | status |",
+            f"|---|{cap_rule}---|---|---|---|---|",
         ]
         for c in single:
             lines.append(
-                f"| {c['prompt_tokens']:,} | {_num(c.get('aggregate_tps'))} | "
+                f"| {c['prompt_tokens']:,} | {cap_cell(c)}{_num(c.get('aggregate_tps'))} | "
                 f"{_num(_p50(c, 'decode_tps'))} | {_num(_p50(c, 'prefill_tps'), 0, True)} | "
                 f"{_num(_p50(c, 'ttft_s'), 2)} | {_status(c)} |"
             )
         lines.append("")
-    multi = sorted(cases, key=lambda c: (c["prompt_tokens"], c["concurrency"]))
-    by_prompt: dict[int, list[Mapping[str, Any]]] = {}
-    for c in multi:
-        by_prompt.setdefault(c["prompt_tokens"], []).append(c)
-    concurrency = {p: cs for p, cs in by_prompt.items() if len(cs) > 1}
+    groups: dict[tuple[int, tuple[int, int]], list[Mapping[str, Any]]] = {}
+    for c in sorted(cases, key=lambda c: (c["prompt_tokens"], by_cap(c), c["concurrency"])):
+        groups.setdefault((c["prompt_tokens"], by_cap(c)), []).append(c)
+    concurrency = [cs for cs in groups.values() if len(cs) > 1]
     if concurrency:
         lines += [
             "Concurrency: streams -> aggregate t/s / per-session t/s (TTFT p50 s)",
             "",
-            "| prompt | streams | agg | session | TTFT s | status |",
-            "|---|---|---|---|---|---|",
+            f"| prompt | {cap_head}streams | agg | session | TTFT s | status |",
+            f"|---|{cap_rule}---|---|---|---|---|",
         ]
-        for prompt, cs in concurrency.items():
+        for cs in concurrency:
             for c in cs:
                 lines.append(
-                    f"| {prompt:,} | {c['concurrency']} | {_num(c.get('aggregate_tps'))} | "
-                    f"{_num(_p50(c, 'decode_tps'))} | {_num(_p50(c, 'ttft_s'), 2)} | "
-                    f"{_status(c)} |"
+                    f"| {c['prompt_tokens']:,} | {cap_cell(c)}{c['concurrency']} | "
+                    f"{_num(c.get('aggregate_tps'))} | {_num(_p50(c, 'decode_tps'))} | "
+                    f"{_num(_p50(c, 'ttft_s'), 2)} | {_status(c)} |"
                 )
         lines.append("")
+    lines += sweep_tables(cases)
     flagged = [c for c in cases if c.get("flags")]
-    failed = [c for c in cases if c.get("status") != "ok"]
+    failed = [c for c in cases if c.get("status") not in ("ok", "skipped")]
+    skipped = [c for c in cases if c.get("status") == "skipped"]
     for c in flagged:
         lines += [f"- {c['id']}: {f}" for f in c["flags"]]
     for c in failed:
         lines += [f"- {c['id']} failed: {e}" for e in c.get("errors", [])[:3]]
+    if skipped:
+        reason = skipped[0].get("skip_reason") or "-"
+        lines.append(f"- {len(skipped)} case(s) skipped (clock sweep aborted): {reason}")
     lines += [f"- note: {n}" for n in document.get("notes", [])]
-    lines.append("- clock sweep and temperature timeline: not measured (need telemetry and -i)")
+    lines += _restore_lines(document)
+    if not _measured(cases):
+        lines.append("- clock sweep and temperature timeline: not measured (need telemetry and -i)")
     return "\n".join(lines) + "\n"
 
 
+def sweep_tables(cases: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The clock sweep in the reference notes' terms, one table per (prompt, streams) point."""
+    lines: list[str] = []
+    for (prompt, conc), group in sweep_groups(cases).items():
+        nodes = _node_names(group)
+        names = " / ".join(nodes)
+        lines += [
+            f"Clock sweep at {prompt:,} prompt tokens, {conc} stream(s): cap -> decode t/s, "
+            f"prefill t/s, power W and temperature C (mean, max) of {names}, tok/s/W",
+            "",
+            "| cap | decode | prefill | power W | temp C | max C | SM MHz | tok/s/W |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for c in group:
+            telemetry = c.get("telemetry") or {}
+
+            cells = [
+                _cap_label(str(c["clock_cap"])),
+                _num(_p50(c, "decode_tps")),
+                _num(_p50(c, "prefill_tps"), 0, True),
+                _per_node(c, nodes, "power_w", "mean"),
+                _per_node(c, nodes, "temperature_c", "mean"),
+                _per_node(c, nodes, "temperature_c", "max"),
+                _per_node(c, nodes, "sm_clock_mhz", "mean"),
+                _num(telemetry.get("tps_per_w"), 2),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def _per_node(case: Mapping[str, Any], nodes: Sequence[str], key: str, stat: str) -> str:
+    return "/".join(_num(_node_value(case, n, key, stat), 1) for n in nodes)
+
+
+def _restore_lines(document: Mapping[str, Any]) -> list[str]:
+    commands = document.get("commands") or []
+    clock = (commands[-1].get("clock") if commands else None) or {}
+    restore = clock.get("restore") or {}
+    parts = []
+    for node, entry in restore.items():
+        ended = entry.get("ended") or {}
+        state = f"restored {ended.get('restored')}" if ended else "end not seen"
+        parts.append(f"{node} -> {entry.get('restore_to')} (set {entry.get('set')}; {state})")
+    return [f"- clock caps after the last run: {'; '.join(parts)}"] if parts else []
+
+
 def _status(case: Mapping[str, Any]) -> str:
+    if case.get("status") == "skipped":
+        return "SKIPPED"
     if case.get("status") != "ok":
         return "FAILED"
     return "cache hit?" if case.get("flags") else "ok"
@@ -261,20 +492,23 @@ def build_report(out: Path) -> Path:
         f"<style>{STYLE}</style></head><body>",
         _md_table_to_html(markdown),
     ]
+    measured = bool(_measured(cases))
     figures = (
         ("decode", figure_decode(cases)),
         ("ttft", figure_ttft(cases)),
         ("concurrency", figure_concurrency(cases)),
-        ("clock", None),
-        ("thermal", None),
+        ("clock", figure_clock(cases)),
+        ("thermal", figure_thermal(document, read_csv(out / TELEMETRY_FILE))),
     )
     for key, png in figures:
         parts.append(f"<h2>{html.escape(TITLES[key])}</h2>")
         if png is not None:
             alt = html.escape(TITLES[key])
             parts.append(f"<img alt='{alt}' src='data:image/png;base64,{png}'>")
-        elif key in ("clock", "thermal"):
+        elif key in ("clock", "thermal") and not measured:
             parts.append(f"<p class='missing'>{html.escape(NOT_MEASURED)}</p>")
+        elif key == "clock":
+            parts.append(f"<p class='missing'>{html.escape(ONE_CAP)}</p>")
         else:
             parts.append("<p class='missing'>Not enough successful cases for this figure.</p>")
     parts.append("</body></html>")

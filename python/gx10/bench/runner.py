@@ -6,6 +6,12 @@ OUT/results.csv, per-request OUT/requests.csv); rerunning with the same OUT skip
 finished and retries the failed ones. A request that fails is recorded, its case marked failed,
 and the run goes on.
 
+With an inventory (`gx10 bench -i`), the run also drives the nodes (gx10.bench.clocks): each
+node's benchmark lock and clock cap through a `gx10-gpu-clock session`, cool-down and abort
+limits, and nvidia-smi telemetry (gx10.bench.telemetry) summarized per case and kept as a timeline
+in OUT/telemetry.csv. Whatever ends the run, the nodes' caps are restored and the restore is
+recorded in results.json (the last command's `clock`).
+
 Time scale: the lab simulator can run its clock fast (GX10_SIM_TIME_SCALE=S: a wall second is 1/S
 simulated seconds) and exports S in /metrics; durations are divided by S so that every figure
 reads in simulated time. Client overheads grow by 1/S too, so accuracy needs S = 1; fast scales
@@ -21,6 +27,7 @@ import datetime as dt
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -31,6 +38,7 @@ from typing import Any
 import filelock
 import httpx
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -51,8 +59,34 @@ from gx10.bench.client import (
     server_info,
     stream_chat,
 )
-from gx10.bench.matrix import UNLOCKED, Case, Limits, MatrixError, RunConfig, server_problems
-from gx10.bench.metrics import case_figures, counter_delta, flag_cache_hits, request_figures
+from gx10.bench.clocks import (
+    ClockController,
+    SweepAborted,
+    Terminated,
+    Thresholds,
+    default_owner,
+    terminate_as_exception,
+)
+
+# Re-exported (the `as` tells mypy so): the controller's lock and the nodes' raise the same error.
+from gx10.bench.clocks import LockHeldError as LockHeldError  # noqa: PLC0414
+from gx10.bench.matrix import (
+    Case,
+    Limits,
+    MatrixError,
+    RunConfig,
+    inventory_problems,
+    server_problems,
+)
+from gx10.bench.metrics import (
+    case_figures,
+    case_telemetry,
+    counter_delta,
+    flag_cache_hits,
+    request_figures,
+)
+from gx10.bench.nodes import Cluster
+from gx10.bench.telemetry import TelemetryHub
 from gx10.errors import Gx10Error
 
 SCHEMA = 1
@@ -82,9 +116,25 @@ CASE_COLUMNS = (
     "decode_tps.p99",
     "generation_tokens_delta",
     "spec_acceptance_rate",
+    "power_w_total",
+    "temperature_c_max",
+    "sm_clock_mhz_mean",
+    "tps_per_w",
+    "decode_tps_per_w",
     "flags",
     "errors",
 )
+# Per node (with an inventory), after CASE_COLUMNS: NODE.power_w.mean and so on.
+NODE_COLUMNS = (
+    "power_w.mean",
+    "power_w.max",
+    "temperature_c.mean",
+    "temperature_c.max",
+    "sm_clock_mhz.mean",
+    "samples",
+)
+TELEMETRY_FILE = "telemetry.csv"
+WATCH_INTERVAL_S = 0.5  # how often a running case checks the temperatures
 REQUEST_COLUMNS = (
     "case",
     "index",
@@ -106,10 +156,6 @@ REQUEST_COLUMNS = (
     "e2e_s",
     "chunks",
 )
-
-
-class LockHeldError(Gx10Error):
-    """Another bench run holds the controller lock."""
 
 
 def default_lock_path() -> Path:
@@ -169,9 +215,11 @@ class RunOutcome:
     out: Path
     cases: list[dict[str, Any]] = field(default_factory=list)
     ran: int = 0
-    skipped: int = 0
+    skipped: int = 0  # finished earlier and kept (resume)
     scale: float = 1.0
     notes: list[str] = field(default_factory=list)
+    aborted: str | None = None  # why the rest of the sweep was skipped
+    restore: dict[str, dict[str, Any]] = field(default_factory=dict)  # per node, with -i
 
     @property
     def failed(self) -> list[dict[str, Any]]:
@@ -198,11 +246,21 @@ def write_results(out: Path, document: Mapping[str, Any]) -> None:
     tmp.write_text(json.dumps(document, indent=1, default=str), encoding="utf-8")
     os.replace(tmp, out / "results.json")
     cases = list(document.get("cases", {}).values())
+    nodes = [n["name"] for n in document.get("nodes") or []]
+    node_columns = [f"{node}.{column}" for node in nodes for column in NODE_COLUMNS]
     with (out / "results.csv").open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(CASE_COLUMNS)
+        writer.writerow([*CASE_COLUMNS, *node_columns])
         for case in cases:
-            writer.writerow([_csv_value(case, column) for column in CASE_COLUMNS])
+            row = [_csv_value(case, column) for column in CASE_COLUMNS]
+            telemetry = case.get("telemetry") or {}
+            for node in nodes:
+                figures = (telemetry.get("nodes") or {}).get(node) or {}
+                for column in NODE_COLUMNS:
+                    key, _, stat = column.partition(".")
+                    value = figures.get(key)
+                    row.append(_fmt(value.get(stat) if stat and value else value))
+            writer.writerow(row)
     with (out / "requests.csv").open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(REQUEST_COLUMNS)
@@ -220,11 +278,18 @@ def _csv_value(case: Mapping[str, Any], column: str) -> str:
         return _fmt(case.get("server", {}).get("delta", {}).get("spec_acceptance_rate"))
     if column in ("flags", "errors"):
         return "; ".join(case.get(column) or [])
+    if column in _TELEMETRY_COLUMNS:
+        return _fmt((case.get("telemetry") or {}).get(column))
     key, _, sub = column.partition(".")
     value = case.get(key)
     if sub:
         value = (value or {}).get(sub)
     return _fmt(value)
+
+
+_TELEMETRY_COLUMNS = frozenset(
+    {"power_w_total", "temperature_c_max", "sm_clock_mhz_mean", "tps_per_w", "decode_tps_per_w"}
+)
 
 
 def _fmt(value: Any) -> str:
@@ -308,21 +373,6 @@ async def run_case(
 ProgressHook = Callable[[int, int, dict[str, Any]], None]
 
 
-def _unlocked_only(cases: list[Case], outcome: RunOutcome, console: Console) -> list[Case]:
-    skipped_clocks = sorted({c.clock_cap for c in cases if c.clock_cap != UNLOCKED})
-    if skipped_clocks:
-        note = (
-            f"clock caps {skipped_clocks} need an inventory (-i) to set and restore the nodes' "
-            "clocks: not run; only the 'unlocked' cases run against a bare endpoint"
-        )
-        outcome.notes.append(note)
-        console.print(f"[yellow]note:[/] {note}")
-        cases = [c for c in cases if c.clock_cap == UNLOCKED]
-    if not cases:
-        raise MatrixError("no case left to run (every case needs a clock cap, which needs -i)")
-    return cases
-
-
 def _check_server(
     config: RunConfig, cases: Sequence[Case], info: ServerInfo, outcome: RunOutcome
 ) -> float:
@@ -394,6 +444,208 @@ def _failed_case(case: Case, error: str) -> dict[str, Any]:
     }
 
 
+def _skipped_case(case: Case, reason: str) -> dict[str, Any]:
+    record = _failed_case(case, f"skipped: {reason}")
+    record.update(status="skipped", skip_reason=reason, started_at=_now())
+    return record
+
+
+class NodeGuard:
+    """The nodes' side of a run with an inventory: clock sessions, caps, telemetry, limits."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        config: RunConfig,
+        out: Path,
+        console: Console,
+        *,
+        owner: str | None = None,
+        telemetry_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.out = out
+        self.console = console
+        interval = config.telemetry_interval_ms
+        self.thresholds = Thresholds(
+            cool_down_c=config.cool_down_c,
+            abort_c=config.abort_c,
+            cool_down_timeout_s=config.cool_down_timeout_s,
+            session_max_s=config.session_max_s,
+            poll_s=min(1.0, interval / 1000),
+            stale_s=max(15.0, 10 * interval / 1000),
+        )
+        self.hub = TelemetryHub(cluster.nodes, interval_ms=interval, **(telemetry_options or {}))
+        self.clocks = ClockController(
+            cluster.nodes,
+            self.hub,
+            self.thresholds,
+            owner or default_owner(out),
+            log=self._log,
+        )
+        self.aborted: str | None = None
+        self.pending: BaseException | None = None  # raised in the watcher, for the case
+        self.document: dict[str, Any] | None = None
+        self.entry: dict[str, Any] | None = None  # this invocation's `commands` entry
+
+    def _log(self, message: str) -> None:
+        self.console.print(f"[cyan]clock:[/] {escape(message)}")
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "inventory": list(self.cluster.sources),
+            "nodes": [
+                {"name": n.name, "group": n.group, "via": n.describe()} for n in self.cluster.nodes
+            ],
+            "safety": {
+                "cool_down_c": self.thresholds.cool_down_c,
+                "abort_c": self.thresholds.abort_c,
+                "cool_down_timeout_s": self.thresholds.cool_down_timeout_s,
+                "session_max_s": self.thresholds.session_max_s,
+                "telemetry_interval_ms": self.hub.interval_ms,
+            },
+        }
+
+    def start(self) -> None:
+        """Take every node's lock (refused if held), then start the telemetry."""
+        self.clocks.open()
+        since = self.hub.clock()
+        self.hub.start()
+        wait = max(15.0, 5 * self.hub.interval_ms / 1000)
+        missing = self.hub.wait_for(since, wait)
+        if missing:
+            said = "; ".join(self.hub.nodes[name].describe() for name in missing)
+            raise Gx10Error(
+                f"no nvidia-smi telemetry within {wait:g} s from {', '.join(missing)} ({said}): "
+                "the clock sweep's temperature limits cannot be watched without it"
+            )
+
+    async def before_case(self, case: Case) -> None:
+        """Set the case's cap, cool down, check the limits (SweepAborted when it cannot run)."""
+        self.clocks.set_cap(case.clock_cap)
+        for pause in self.clocks.cool_down_steps():
+            await asyncio.sleep(pause)
+        hazard = self.clocks.hazard()
+        if hazard:
+            raise SweepAborted(hazard)
+
+    async def watch(self, case: Case, task: asyncio.Future[Any]) -> None:
+        """Cancel the running case if a node crosses the abort limit (or a session is lost)."""
+        try:
+            while not task.done():
+                await asyncio.sleep(WATCH_INTERVAL_S)
+                hazard = self.clocks.hazard()
+                if hazard:
+                    self.aborted = f"during {case.id}: {hazard}"
+                    task.cancel()
+                    return
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # SIGTERM landing here: hand it over to the case
+            self.pending = exc
+            task.cancel()
+
+    async def case_telemetry(
+        self, start: float, end: float, record: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The case's telemetry figures (waiting, bounded, for the reading that covers its end)."""
+        deadline = self.hub.clock() + 2.5 * self.hub.interval_ms / 1000
+        while self.hub.missing_after(end) and self.hub.clock() < deadline:
+            await asyncio.sleep(0.05)
+        per_node = {}
+        approximate = []
+        for name in self.hub.nodes:
+            samples = self.hub.window(name, start, end)
+            if not samples:
+                after = self.hub.first_after(name, end)
+                samples = [after] if after is not None else []
+                approximate.append(name)
+            per_node[name] = samples
+        decode = (record.get("decode_tps") or {}).get("p50")
+        figures = case_telemetry(per_node, record.get("aggregate_tps"), decode, approximate)
+        figures["gaps"] = [
+            gap.to_dict()
+            for gap in self.hub.gaps()
+            if gap.start_mono <= end and (gap.end_mono is None or gap.end_mono >= start)
+        ]
+        self.hub.append_csv(self.out / TELEMETRY_FILE)
+        return figures
+
+    def finish(self, outcome: RunOutcome | None) -> None:
+        """Restore the caps and end the sessions, stop the telemetry, record both."""
+        restore: dict[str, dict[str, Any]] = {}
+        try:
+            restore = self.clocks.close()
+        finally:
+            self.hub.stop()
+            if self.document is not None and self.entry is not None:
+                self.hub.append_csv(self.out / TELEMETRY_FILE)
+                self.entry["clock"] = {
+                    "owner": self.clocks.owner,
+                    "sessions": {
+                        name: {"original": s.original, "policy": s.policy}
+                        for name, s in self.clocks.sessions.items()
+                    },
+                    "caps_set": [cap for node, cap in self.clocks.sets if node == self._head],
+                    "aborted": self.aborted,
+                    "restore": restore,
+                    "telemetry_gaps": [gap.to_dict() for gap in self.hub.gaps()],
+                }
+                self.entry["ended"] = _now()
+                write_results(self.out, self.document)
+        if outcome is not None:
+            outcome.restore = restore
+            outcome.aborted = self.aborted
+
+    @property
+    def _head(self) -> str:
+        return self.cluster.nodes[0].name
+
+
+async def _measure(
+    client: httpx.AsyncClient,
+    endpoint: Endpoint,
+    info: ServerInfo,
+    config: RunConfig,
+    case: Case,
+    *,
+    scale: float,
+    guard: NodeGuard | None,
+) -> dict[str, Any]:
+    """One case: with an inventory, its cap and cool-down first and the limits watched."""
+    if guard is not None:
+        if guard.aborted is not None:
+            return _skipped_case(case, guard.aborted)
+        try:
+            await guard.before_case(case)
+        except SweepAborted as exc:
+            guard.aborted = str(exc)
+            return _skipped_case(case, guard.aborted)
+    start, started_wall = time.monotonic(), time.time()
+    task = asyncio.ensure_future(run_case(client, endpoint, info, config, case, scale=scale))
+    watcher = asyncio.ensure_future(guard.watch(case, task)) if guard is not None else None
+    try:
+        record = await task
+    except asyncio.CancelledError:
+        if guard is not None and guard.pending is not None:
+            raise guard.pending from None
+        if guard is None or guard.aborted is None or not task.cancelled():
+            raise
+        record = _skipped_case(case, guard.aborted)
+    except httpx.HTTPError as exc:
+        record = _failed_case(case, f"{type(exc).__name__}: {exc}")
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+    end = time.monotonic()
+    record["started_wall"], record["ended_wall"] = started_wall, time.time()
+    if guard is not None and record["status"] != "skipped":
+        record["telemetry"] = await guard.case_telemetry(start, end, record)
+    return record
+
+
 async def _run(
     config: RunConfig,
     endpoint: Endpoint,
@@ -403,9 +655,10 @@ async def _run(
     console: Console,
     on_case: ProgressHook | None,
     transport: httpx.AsyncBaseTransport | None = None,
+    guard: NodeGuard | None = None,
 ) -> RunOutcome:
     outcome = RunOutcome(out)
-    cases = _unlocked_only(config.cases(), outcome, console)
+    cases = config.cases()
     widest = max(c.concurrency for c in cases)
     timeout = httpx.Timeout(config.request_timeout_s, connect=10.0)
     limits = httpx.Limits(max_connections=widest + 4, max_keepalive_connections=widest + 4)
@@ -413,8 +666,18 @@ async def _run(
         info = await server_info(client, endpoint)
         outcome.scale = _check_server(config, cases, info, outcome)
         document = _open_document(config, endpoint, info, out, outcome)
-        document["commands"].append({"started": _now(), "command": command})
         todo = [c for c in cases if document["cases"].get(c.id, {}).get("status") != "ok"]
+        if guard is not None and todo:
+            # The nodes' locks (refused if held) before anything is written. In a thread, so a
+            # Ctrl-C is not held up by a slow connection (asyncio.run waits for it to return,
+            # then the sessions it opened are closed).
+            await asyncio.to_thread(guard.start)
+            document.update(guard.describe())
+            guard.document = document
+        entry = {"started": _now(), "command": command}
+        document["commands"].append(entry)
+        if guard is not None:
+            guard.entry = entry
         outcome.skipped = len(cases) - len(todo)
         if outcome.skipped:
             console.print(f"resuming: {outcome.skipped} finished case(s) kept and skipped")
@@ -432,12 +695,10 @@ async def _run(
             task = progress.add_task("", total=len(cases), completed=outcome.skipped)
             for i, case in enumerate(todo, start=outcome.skipped + 1):
                 progress.update(task, description=case.id)
-                try:
-                    record = await run_case(
-                        client, endpoint, info, config, case, scale=outcome.scale
-                    )
-                except httpx.HTTPError as exc:
-                    record = _failed_case(case, f"{type(exc).__name__}: {exc}")
+                aborted = guard.aborted if guard is not None else None
+                record = await _measure(
+                    client, endpoint, info, config, case, scale=outcome.scale, guard=guard
+                )
                 document["cases"][case.id] = record
                 flag_cache_hits(
                     document["cases"].values(), config.cache_hit_factor, config.prefill_ceiling_tps
@@ -445,7 +706,13 @@ async def _run(
                 write_results(out, document)
                 outcome.ran += 1
                 progress.advance(task)
-                progress.console.print(describe_case(i, len(cases), record))
+                if guard is not None and guard.aborted and not aborted:
+                    progress.console.print(
+                        f"[red]clock sweep aborted:[/] {escape(guard.aborted)}; the remaining "
+                        "cases are recorded as skipped (rerun with the same --out to resume)"
+                    )
+                if record["status"] != "skipped" or not aborted:
+                    progress.console.print(describe_case(i, len(cases), record))
                 if on_case is not None:
                     on_case(i, len(cases), record)
     outcome.cases = [document["cases"][c.id] for c in cases]
@@ -458,6 +725,8 @@ def describe_case(i: int, total: int, case: Mapping[str, Any]) -> str:
         return float(value) if value is not None else float("nan")
 
     head = f"[{i}/{total}] {case['id']}: {case['status']}"
+    if case["status"] == "skipped":
+        return f"{head} ({case.get('skip_reason')})"
     figures = (
         f" TTFT {p50('ttft_s'):.2f} s, prefill {p50('prefill_tps'):,.0f} tok/s, "
         f"decode {p50('decode_tps'):.1f} tok/s/session, "
@@ -478,21 +747,57 @@ def run_bench(
     command: Sequence[str] | None = None,
     on_case: ProgressHook | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    cluster: Cluster | None = None,
+    owner: str | None = None,
+    telemetry_options: Mapping[str, Any] | None = None,
 ) -> RunOutcome:
     """Run the matrix under the controller lock; returns the outcome (results are on disk).
 
-    `transport` replaces httpx's network transport (tests inject faults through it)."""
+    With `cluster` (an inventory), the nodes are locked, capped, watched and restored too (see
+    NodeGuard); `owner` is how their locks name this run. `transport` replaces httpx's network
+    transport (tests inject faults through it); `telemetry_options` go to TelemetryHub."""
+    problems = inventory_problems(config, cluster is not None)
+    if problems:
+        raise MatrixError("invalid bench matrix:\n  - " + "\n  - ".join(problems))
     cmd = shlex.join(command if command is not None else sys.argv)
     err = console or Console(stderr=True, highlight=False)
     with run_lock(lock_path or default_lock_path(), out, cmd):
-        return asyncio.run(
-            _run(
-                config,
-                endpoint,
-                out,
-                command=cmd,
-                console=err,
-                on_case=on_case,
-                transport=transport,
+        if cluster is None:
+            return asyncio.run(
+                _run(
+                    config,
+                    endpoint,
+                    out,
+                    command=cmd,
+                    console=err,
+                    on_case=on_case,
+                    transport=transport,
+                )
             )
+        guard = NodeGuard(
+            cluster, config, out, err, owner=owner, telemetry_options=telemetry_options
         )
+        with terminate_as_exception():
+            try:
+                outcome = asyncio.run(
+                    _run(
+                        config,
+                        endpoint,
+                        out,
+                        command=cmd,
+                        console=err,
+                        on_case=on_case,
+                        transport=transport,
+                        guard=guard,
+                    )
+                )
+            except BaseException:
+                guard.finish(None)
+                raise
+            guard.finish(outcome)
+        # A Ctrl-C or SIGTERM that came while the caps were being restored: act on it now.
+        if signal.SIGTERM in guard.clocks.deferred_signals:
+            raise Terminated("SIGTERM received while restoring the clock caps")
+        if signal.SIGINT in guard.clocks.deferred_signals:
+            raise KeyboardInterrupt
+        return outcome

@@ -1,0 +1,291 @@
+"""The cluster a bench run measures, read from an Ansible inventory: its nodes (groups `head`
+and `workers`, in that order), how to run a command on each, and the head's API endpoint.
+
+Ansible's own inventory and variable code reads the inventory (group_vars, host_vars, vars
+plugins, templated values), so `gx10 bench -i INV` sees the cluster exactly as a playbook does.
+A node's command transport follows its connection variables:
+
+- `community.docker.docker` / `docker`: `docker exec -i [-u ansible_user] <ansible_host or name>`
+- `ssh` (the default) / `paramiko`: `ssh -T -o BatchMode=yes [-p port] [-i key] [user@]host CMD`
+  (the command as one shell string, as ssh passes it to the remote shell)
+- `local`: the command itself
+- `ansible_become: true` adds `sudo -n` (never a password prompt) to the commands that need root
+  (the node's gx10-gpu-clock tool); telemetry (nvidia-smi) runs unprivileged.
+
+The endpoint is computed as playbooks/smoke.yml does: `gx10_api_host | ansible_host | name`, port
+`gx10_serve_port` (8000); the model `vllm_serve_served_model_name` (deepseek-v4-flash); the API
+key `vllm_serve_api_key` (kept out of every repr, log line and results file).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gx10.errors import Gx10Error, InventoryNotFoundError
+from gx10.paths import ansible_cfg, project_home
+
+DEFAULT_TOOL = "/usr/local/sbin/gx10-gpu-clock"
+DEFAULT_MODEL = "deepseek-v4-flash"
+DEFAULT_PORT = 8000
+DOCKER_CONNECTIONS = frozenset(
+    {"docker", "community.docker.docker", "community.docker.docker_api", "docker_api"}
+)
+SSH_CONNECTIONS = frozenset(
+    {
+        "ssh",
+        "ansible.builtin.ssh",
+        "smart",
+        "paramiko",
+        "paramiko_ssh",
+        "ansible.builtin.paramiko_ssh",
+    }
+)
+LOCAL_CONNECTIONS = frozenset({"local", "ansible.builtin.local"})
+# A lost connection must end the ssh client (and so the node's session, by EOF) within seconds,
+# not after the kernel's TCP timeout.
+SSH_KEEPALIVE = ("-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3")
+
+
+class InventoryError(Gx10Error):
+    """The inventory does not describe a cluster `gx10 bench -i` can drive."""
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One node and how to run a command on it."""
+
+    name: str
+    group: str  # "head" or "workers"
+    transport: tuple[str, ...] = ()  # argv prefix; () runs the command locally
+    remote_shell: bool = False  # ssh: the command is passed as one shell string
+    become: tuple[str, ...] = ()  # ("sudo", "-n"): for the commands that need root
+    tool: tuple[str, ...] = (DEFAULT_TOOL,)  # the node's gx10-gpu-clock
+    nvidia_smi: str = "nvidia-smi"
+
+    def argv(self, command: Sequence[str], *, privileged: bool = False) -> list[str]:
+        """The controller-side argv that runs `command` on this node."""
+        cmd = [*(self.become if privileged else ()), *command]
+        if self.remote_shell:
+            return [*self.transport, shlex.join(cmd)]
+        return [*self.transport, *cmd]
+
+    def tool_argv(self, *args: str) -> list[str]:
+        """gx10-gpu-clock ARGS on this node, as root."""
+        return self.argv([*self.tool, *args], privileged=True)
+
+    def describe(self) -> str:
+        via = shlex.join(self.transport) if self.transport else "local"
+        return f"{self.name} ({via}{', sudo' if self.become else ''})"
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """What `gx10 bench -i` needs from the inventory."""
+
+    sources: tuple[str, ...]
+    nodes: tuple[Node, ...]
+    endpoint: str  # http://host:port
+    model: str
+    api_key: str = field(default="", repr=False)
+
+    @property
+    def head(self) -> Node:
+        return self.nodes[0]
+
+
+def _plain(value: Any) -> Any:
+    """Ansible's tagged scalars as plain Python values (str, int, bool)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("1", "true", "yes", "on", "y", "t")
+
+
+def transport_for(name: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
+    """Node fields (transport, remote_shell, become) from a host's templated connection vars."""
+    connection = str(hostvars.get("ansible_connection") or "ssh")
+    host = str(hostvars.get("ansible_host") or name)
+    user = hostvars.get("ansible_user")
+    transport: list[str]
+    remote_shell = False
+    if connection in DOCKER_CONNECTIONS:
+        transport = ["docker", "exec", "-i"]
+        if user:
+            transport += ["-u", str(user)]
+        transport.append(host)
+    elif connection in SSH_CONNECTIONS:
+        transport = ["ssh", "-T", "-o", "BatchMode=yes", *SSH_KEEPALIVE]
+        port = hostvars.get("ansible_port") or hostvars.get("ansible_ssh_port")
+        if port:
+            transport += ["-p", str(port)]
+        key = hostvars.get("ansible_ssh_private_key_file") or hostvars.get(
+            "ansible_private_key_file"
+        )
+        if key:
+            transport += ["-i", str(Path(str(key)).expanduser())]
+        for extra in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+            if hostvars.get(extra):
+                transport += shlex.split(str(hostvars[extra]))
+        user = user or hostvars.get("ansible_ssh_user")
+        transport += [f"{user}@{host}" if user else host, "--"]
+        remote_shell = True
+    elif connection in LOCAL_CONNECTIONS:
+        transport = []
+    else:
+        raise InventoryError(
+            f"{name}: ansible_connection {connection!r} is not one gx10 bench can use "
+            "(ssh, community.docker.docker or local)"
+        )
+    become: tuple[str, ...] = ()
+    if _truthy(hostvars.get("ansible_become", False)):
+        method = str(hostvars.get("ansible_become_method") or "sudo")
+        if method not in ("sudo", "ansible.builtin.sudo"):
+            raise InventoryError(
+                f"{name}: ansible_become_method {method!r}: gx10 bench runs the node's clock "
+                "tool through `sudo -n` only"
+            )
+        become = ("sudo", "-n")
+        become_user = hostvars.get("ansible_become_user")
+        if become_user and str(become_user) != "root":
+            become += ("-u", str(become_user))
+    return {"transport": tuple(transport), "remote_shell": remote_shell, "become": become}
+
+
+# The host variables read for each node (templated one by one: a variable the bench does not use
+# cannot break it).
+_NODE_VARS = (
+    "ansible_connection",
+    "ansible_host",
+    "ansible_port",
+    "ansible_ssh_port",
+    "ansible_user",
+    "ansible_ssh_user",
+    "ansible_ssh_private_key_file",
+    "ansible_private_key_file",
+    "ansible_ssh_common_args",
+    "ansible_ssh_extra_args",
+    "ansible_become",
+    "ansible_become_method",
+    "ansible_become_user",
+    "gpu_clock_tool",
+    "gx10_nvidia_smi",
+)
+_HEAD_VARS = ("gx10_api_host", "gx10_serve_port", "vllm_serve_served_model_name")
+
+
+def resolve_sources(inventories: Sequence[str | Path]) -> list[str]:
+    """Each inventory as given (absolute or from the current directory), else under the project."""
+    from gx10.provision import resolve_inventory  # noqa: PLC0415
+
+    out: list[str] = []
+    for inventory in inventories:
+        given = Path(inventory).expanduser()
+        if given.exists():
+            out.append(str(given.resolve()))
+            continue
+        try:
+            home = project_home()
+        except Gx10Error:
+            raise InventoryNotFoundError(f"inventory {str(inventory)!r} not found") from None
+        out.append(str(resolve_inventory(inventory, home)))
+    return out
+
+
+def load_cluster(inventories: Sequence[str | Path], *, need_api_key: bool = True) -> Cluster:
+    """Read the inventory (one or more sources, as `ansible-playbook -i` takes them).
+
+    `need_api_key=False` skips `vllm_serve_api_key` (given some other way): a value that cannot
+    be read (a vault without its password) then does not stop the run.
+    """
+    # The project's ansible.cfg (inventory ignore patterns, collections), as provision() uses it.
+    os.environ.setdefault("ANSIBLE_CONFIG", str(ansible_cfg(project_home())))
+    # Imported here: ansible takes a second to import and patches stdout/stderr on import.
+    from ansible.errors import AnsibleError  # type: ignore[import-untyped]  # noqa: PLC0415
+    from ansible.inventory.manager import (  # type: ignore[import-untyped]  # noqa: PLC0415
+        InventoryManager,
+    )
+    from ansible.parsing.dataloader import (  # type: ignore[import-untyped]  # noqa: PLC0415
+        DataLoader,
+    )
+    from ansible.template import Templar  # type: ignore[import-untyped]  # noqa: PLC0415
+    from ansible.vars.manager import (  # type: ignore[import-untyped]  # noqa: PLC0415
+        VariableManager,
+    )
+
+    sources = resolve_sources(inventories)
+    try:
+        loader = DataLoader()
+        inventory = InventoryManager(loader=loader, sources=sources)
+        manager = VariableManager(loader=loader, inventory=inventory)
+        hosts: list[tuple[str, Any]] = []
+        for group in ("head", "workers"):
+            for host in inventory.get_hosts(group):
+                if host.name not in [h.name for _, h in hosts]:
+                    hosts.append((group, host))
+    except AnsibleError as exc:
+        raise InventoryError(f"cannot read inventory {', '.join(sources)}: {exc}") from exc
+    if not hosts or hosts[0][0] != "head":
+        raise InventoryError(
+            f"inventory {', '.join(sources)} has no host in group 'head': gx10 bench -i drives "
+            "the nodes of groups head and workers and reaches the API on the head"
+        )
+
+    def read(host: Any, names: Sequence[str]) -> dict[str, Any]:
+        variables = manager.get_vars(host=host, include_hostvars=True)
+        templar = Templar(loader=loader, variables=variables)
+        values: dict[str, Any] = {}
+        for key in names:
+            if key not in variables:
+                continue
+            try:
+                values[key] = _plain(templar.template(variables[key]))
+            except AnsibleError as exc:
+                raise InventoryError(f"{host.name}: cannot template {key}: {exc}") from exc
+        return values
+
+    nodes: list[Node] = []
+    head_vars: dict[str, Any] = {}
+    for group, host in hosts:
+        values = read(host, _NODE_VARS)
+        if not nodes:
+            head_vars = {**values, **read(host, _HEAD_VARS)}
+        tool = values.get("gpu_clock_tool") or DEFAULT_TOOL
+        nodes.append(
+            Node(
+                name=host.name,
+                group=group,
+                tool=tuple(shlex.split(str(tool))),
+                nvidia_smi=str(values.get("gx10_nvidia_smi") or "nvidia-smi"),
+                **transport_for(host.name, values),
+            )
+        )
+    head = nodes[0]
+    api_host = head_vars.get("gx10_api_host") or head_vars.get("ansible_host") or head.name
+    port = head_vars.get("gx10_serve_port") or DEFAULT_PORT
+    model = head_vars.get("vllm_serve_served_model_name") or DEFAULT_MODEL
+    api_key = ""
+    if need_api_key:
+        api_key = str(read(hosts[0][1], ("vllm_serve_api_key",)).get("vllm_serve_api_key") or "")
+    return Cluster(
+        sources=tuple(sources),
+        nodes=tuple(nodes),
+        endpoint=f"http://{api_host}:{port}",
+        model=str(model),
+        api_key=api_key,
+    )
