@@ -33,9 +33,16 @@ host-deps: ## Install the host tools the lab needs (mmdebstrap, iproute2) if mis
 	    echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	  fi
 
-lab: venv host-deps ## Bring the lab up and run site.yml against it
+LAB_BENCH := $(CURDIR)/.lab/bench
+
+lab: venv host-deps ## Bring the lab up, run site.yml against it, then a short benchmark and its report
 	gx10 lab up
 	gx10 provision -i inventories/lab
+	rm -rf $(LAB_BENCH)
+	gx10 bench -i inventories/lab --run bench/lab-short.yml --out $(LAB_BENCH)
+	@echo "open the report: $(LAB_BENCH)/report.html"
+	@if [ -n "$${DISPLAY:-}$${WAYLAND_DISPLAY:-}" ] && command -v xdg-open >/dev/null; then \
+	  xdg-open $(LAB_BENCH)/report.html >/dev/null 2>&1 || true; fi
 
 lab-up: venv host-deps ## Bring the lab up (idempotent)
 	gx10 lab up
