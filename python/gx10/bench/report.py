@@ -386,10 +386,11 @@ def sweep_tables(cases: Sequence[Mapping[str, Any]]) -> list[str]:
         names = " / ".join(nodes)
         lines += [
             f"Clock sweep at {prompt:,} prompt tokens, {conc} stream(s): cap -> decode t/s, "
-            f"prefill t/s, power W and temperature C (mean, max) of {names}, tok/s/W",
+            f"prefill t/s, power W and temperature C (mean, max) of {names}, tok/s/W (decode "
+            "t/s / total W, as the reference notes give it; and aggregate t/s / total W)",
             "",
-            "| cap | decode | prefill | power W | temp C | max C | SM MHz | tok/s/W |",
-            "|---|---|---|---|---|---|---|---|",
+            "| cap | decode | prefill | power W | temp C | max C | SM MHz | tok/s/W | agg tok/s/W |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for c in group:
             telemetry = c.get("telemetry") or {}
@@ -402,6 +403,7 @@ def sweep_tables(cases: Sequence[Mapping[str, Any]]) -> list[str]:
                 _per_node(c, nodes, "temperature_c", "mean"),
                 _per_node(c, nodes, "temperature_c", "max"),
                 _per_node(c, nodes, "sm_clock_mhz", "mean"),
+                _num(telemetry.get("decode_tps_per_w"), 2),
                 _num(telemetry.get("tps_per_w"), 2),
             ]
             lines.append("| " + " | ".join(cells) + " |")
