@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from rich import box
 from rich.console import Console
@@ -25,6 +25,7 @@ from rich.progress import (
     TimeRemainingColumn,
     TransferSpeedColumn,
 )
+from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
@@ -193,7 +194,27 @@ def is_live(console: Console) -> bool:
         return False
 
 
-class ByteProgress:
+class _Transient:
+    """Starts and stops an optional rich live display (`_live`) as a context manager."""
+
+    _live: Progress | Status | None = None
+
+    def __enter__(self) -> Self:
+        if self._live is not None:
+            self._live.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._live is not None:
+            self._live.stop()
+
+
+class ByteProgress(_Transient):
     """A progress bar (bytes, rate, ETA) usable as a hashing `progress(done, total)` callback.
 
     Shown only on a terminal (`is_live`); elsewhere it prints nothing and the callback does
@@ -205,7 +226,7 @@ class ByteProgress:
         self._progress: Progress | None = None
         if not is_live(console):
             return
-        self._progress = Progress(
+        self._progress = self._live = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             DownloadColumn(binary_units=True),
@@ -219,26 +240,12 @@ class ByteProgress:
     def live(self) -> bool:
         return self._progress is not None
 
-    def __enter__(self) -> ByteProgress:
-        if self._progress is not None:
-            self._progress.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-
     def __call__(self, done: int, total: int) -> None:
         if self._progress is not None:
             self._progress.update(self._task, completed=done, total=total)
 
 
-class RunStatus:
+class RunStatus(_Transient):
     """An `on_event` callback that shows the running play and task on one transient line.
 
     Shown only on a terminal (`is_live`); elsewhere it prints nothing. A byte bar is not possible
@@ -249,21 +256,7 @@ class RunStatus:
     def __init__(self, console: Console, title: str) -> None:
         self._title = title
         self._play = ""
-        self._status = console.status(title) if is_live(console) else None
-
-    def __enter__(self) -> RunStatus:
-        if self._status is not None:
-            self._status.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._status is not None:
-            self._status.stop()
+        self._status = self._live = console.status(title) if is_live(console) else None
 
     def __call__(self, event: dict[str, Any]) -> None:
         if self._status is None:

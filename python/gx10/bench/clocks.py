@@ -35,7 +35,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-from gx10.bench.nodes import Node
+from gx10.bench.nodes import Node, spawn_piped
 from gx10.bench.telemetry import Sample
 from gx10.errors import Gx10Error
 
@@ -294,15 +294,7 @@ class ClockController:
         max_s = f"{self.thresholds.session_max_s:g}"
         argv = node.tool_argv("session", self.owner, "--max-seconds", max_s)
         try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                bufsize=1,
-                start_new_session=True,
-            )
+            proc = spawn_piped(argv)
         except OSError as exc:
             raise ClockError(f"{node.name}: cannot run {argv[0]}: {exc}") from None
         lines: queue.Queue[str | None] = queue.Queue()

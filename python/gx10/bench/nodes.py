@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -288,4 +289,19 @@ def load_cluster(inventories: Sequence[str | Path], *, need_api_key: bool = True
         endpoint=f"http://{api_host}:{port}",
         model=str(model),
         api_key=api_key,
+    )
+
+
+def spawn_piped(argv: Sequence[str]) -> subprocess.Popen[str]:
+    """Start a long-lived node command (a clock session, a telemetry query) with piped, line-
+    buffered text stdio, outside the controller's process group: Ctrl-C in the terminal reaches
+    the controller, which then stops it in order. Closing its stdin ends it on the node."""
+    return subprocess.Popen(
+        list(argv),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+        start_new_session=True,
     )

@@ -389,7 +389,8 @@ def sweep_tables(cases: Sequence[Mapping[str, Any]]) -> list[str]:
             f"prefill t/s, power W and temperature C (mean, max) of {names}, tok/s/W (decode "
             "t/s / total W, as the reference notes give it; and aggregate t/s / total W)",
             "",
-            "| cap | decode | prefill | power W | temp C | max C | SM MHz | tok/s/W | agg tok/s/W |",
+            "| cap | decode | prefill | power W | temp C | max C | SM MHz | tok/s/W "
+            "| agg tok/s/W |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for c in group:

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import csv
 import datetime as dt
+import functools
 import json
 import os
 import shlex
@@ -762,35 +763,18 @@ def run_bench(
     cmd = shlex.join(command if command is not None else sys.argv)
     err = console or Console(stderr=True, highlight=False)
     with run_lock(lock_path or default_lock_path(), out, cmd):
+        run = functools.partial(
+            _run, config, endpoint, out, command=cmd, console=err, on_case=on_case,
+            transport=transport,
+        )  # fmt: skip
         if cluster is None:
-            return asyncio.run(
-                _run(
-                    config,
-                    endpoint,
-                    out,
-                    command=cmd,
-                    console=err,
-                    on_case=on_case,
-                    transport=transport,
-                )
-            )
+            return asyncio.run(run())
         guard = NodeGuard(
             cluster, config, out, err, owner=owner, telemetry_options=telemetry_options
         )
         with terminate_as_exception():
             try:
-                outcome = asyncio.run(
-                    _run(
-                        config,
-                        endpoint,
-                        out,
-                        command=cmd,
-                        console=err,
-                        on_case=on_case,
-                        transport=transport,
-                        guard=guard,
-                    )
-                )
+                outcome = asyncio.run(run(guard=guard))
             except BaseException:
                 guard.finish(None)
                 raise

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gx10.bench.nodes import Node
+from gx10.bench.nodes import Node, spawn_piped
 
 QUERY_FIELDS = ("timestamp", "clocks.sm", "power.draw", "temperature.gpu", "utilization.gpu")
 DEFAULT_INTERVAL_MS = 1000
@@ -164,17 +164,7 @@ class NodeTelemetry:
 
     def _spawn(self) -> subprocess.Popen[str] | None:
         try:
-            proc = subprocess.Popen(
-                query_command(self.node, self.interval_ms),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                bufsize=1,
-                # Not in the controller's process group: Ctrl-C in the terminal reaches the
-                # controller, which then stops this in order.
-                start_new_session=True,
-            )
+            proc = spawn_piped(query_command(self.node, self.interval_ms))
         except OSError as exc:
             self._gap(f"cannot start the query: {exc}")
             return None
