@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -272,3 +273,40 @@ def test_warm_reapply_is_a_fraction_of_a_full_verify(synced: ProvisionResult) ->
         f"head module {warm_fetch['seconds']:.3f} s "
         f"({warm_fetch['seconds'] / max(full_fetch['seconds'], 1e-9):.1%} of the full verify)"
     )
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gx10", "model", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_model_sync_cli_reports_per_node_and_refetches_one_file(synced: ProvisionResult) -> None:
+    """`gx10 model sync -i INV --json`: a shard removed on the worker comes back from the head
+    over the rail; the totals name each node."""
+    node_sh("gx10-b", f"rm -f {MODEL_DIR}/{SHARD}")
+    run = _cli("sync", "-i", str(LAB_INVENTORY), "--json")
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    text = json.dumps(report)
+    assert "gx10-a" in text
+    assert "gx10-b" in text
+    assert _sha256("gx10-b", SHARD) == SHARD_SHA256
+
+
+def test_model_verify_cli_names_the_bad_file(synced: ProvisionResult, tmp_path: Path) -> None:
+    """`gx10 model verify` on a copy of a node's checkpoint: exit non-zero naming the flipped
+    file."""
+    copy = tmp_path / "copy"
+    subprocess.run(["docker", "cp", f"gx10-a:{MODEL_DIR}", str(copy)], check=True, timeout=120)
+    target = copy / SHARD
+    data = bytearray(target.read_bytes())
+    data[100] ^= 0xFF
+    target.write_bytes(bytes(data))
+    run = _cli("verify", "--manifest", str(MANIFEST_FILE), str(copy), "--json")
+    assert run.returncode != 0
+    assert SHARD in run.stdout

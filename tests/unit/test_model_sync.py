@@ -149,7 +149,8 @@ def test_every_node_verified_exits_0_with_its_totals(fake: FakeProvision) -> Non
     assert fake.calls == [
         {
             "inventory": "inventories/lab",
-            "playbook": "model.yml",
+            "playbook": "site.yml",
+            "tags": ["model"],
             "limit": None,
             "extravars": None,
             "artifact_dir": None,

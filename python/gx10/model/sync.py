@@ -1,6 +1,7 @@
 """`gx10 model sync`: run the model stage and say, per node, whether its copy is verified.
 
-The stage is `playbooks/model.yml` run through `gx10.provision.provision()`. The figures come
+The stage is `playbooks/site.yml --tags model` (the validate play, tagged `always`, computes the
+cluster plan first; then playbooks/model.yml) run through `gx10.provision.provision()`. The figures come
 from the results of the role's `gx10.cluster.model_fetch` tasks, told apart by the task file they
 come from (roles/model_sync/tasks/): `need.yml` (a worker's check-mode probe), `fetch.yml` (the
 fetch) and `verify.yml` (each node verifies its own copy once every fetch is done).
@@ -19,7 +20,8 @@ from typing import Any, Literal
 
 from gx10.provision import EventHandler, PathLike, ProvisionResult, provision
 
-PLAYBOOK = "model.yml"
+PLAYBOOK = "site.yml"
+TAGS = ("model",)
 MODULE = "gx10.cluster.model_fetch"
 ROLE = "model_sync"
 
@@ -125,6 +127,7 @@ def sync(
         inventory,
         PLAYBOOK,
         limit=limit,
+        tags=list(TAGS),
         extravars={"model_sync_reverify": True} if reverify else None,
         on_event=collector,
         artifact_dir=artifact_dir,
