@@ -440,9 +440,9 @@ def _add_model(
         parents=[json_option],
         help="run the model stage: a verified checkpoint on every node, the source read once",
         description=(
-            "Run playbooks/model.yml and print each node's totals (files, bytes fetched, bytes "
-            "hashed, cache hits, seconds). Exit 0 when every node verified its copy, 2 naming "
-            "each unverified node and its files."
+            "Run the model stage (site.yml --tags model) and print each node's totals (files, "
+            "bytes fetched, bytes hashed, cache hits, seconds). Exit 0 when every node verified "
+            "its copy, 2 naming each unverified node and its files."
         ),
     )
     s.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
