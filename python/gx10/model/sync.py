@@ -1,10 +1,11 @@
 """`gx10 model sync`: run the model stage and say, per node, whether its copy is verified.
 
 The stage is `playbooks/site.yml --tags model` (the validate play, tagged `always`, computes the
-cluster plan first; then playbooks/model.yml) run through `gx10.provision.provision()`. The figures come
-from the results of the role's `gx10.cluster.model_fetch` tasks, told apart by the task file they
-come from (roles/model_sync/tasks/): `need.yml` (a worker's check-mode probe), `fetch.yml` (the
-fetch) and `verify.yml` (each node verifies its own copy once every fetch is done).
+cluster plan first; then playbooks/model.yml) run through `gx10.provision.provision()`. The
+figures come from the results of the role's `gx10.cluster.model_fetch` tasks, told apart by the
+task file they come from (roles/model_sync/tasks/): `need.yml` (a worker's check-mode probe),
+`fetch.yml` (the fetch) and `verify.yml` (each node verifies its own copy once every fetch is
+done).
 
 A node counts as verified only if its `verify.yml` pass returned ok: a playbook that ends early,
 a limit that skips the step, or events this code cannot read all leave the node unverified,

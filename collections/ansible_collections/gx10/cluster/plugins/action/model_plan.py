@@ -8,6 +8,11 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.gx10.cluster.plugins.module_utils.model_source import (
+    SourceError,
+    parse_source,
+)
+
 
 class ActionModule(ActionBase):
     """Load and validate the manifest on the controller; refuse a plan the nodes cannot hold."""
@@ -26,6 +31,9 @@ class ActionModule(ActionBase):
                 "checkpoint": {"type": "str"},
                 "usable_gb_per_node": {"type": "float", "default": 121.0},
                 "reserve_gb_per_node": {"type": "float", "default": 0.0},
+                # Checked here by the same code as on the node; raw, so a wrong shape gets that
+                # code's message. It may hold a token: nothing returned here repeats it.
+                "source": {"type": "raw"},
             }
         )
         result: dict[str, Any] = super().run(tmp, task_vars)
@@ -68,6 +76,15 @@ class ActionModule(ActionBase):
         except Gx10Error as exc:
             result.update(failed=True, msg=f"model plan refused: {exc}")
             return result
+        source = ""
+        if args["source"] is not None:
+            try:
+                source = parse_source(
+                    args["source"], revision=manifest.revision, name="gx10_model_source"
+                ).describe()
+            except SourceError as exc:
+                result.update(failed=True, msg=f"model plan refused: {exc}")
+                return result
         result.update(
             repo=manifest.repo,
             revision=manifest.revision,
@@ -75,6 +92,7 @@ class ActionModule(ActionBase):
             total_bytes=manifest.total_size,
             checkpoint=entry.name,
             per_node_gb=round(fit.per_node_gb, 3),
+            source=source,
             msg=(
                 f"{path}: {manifest.repo} at {manifest.revision}, {len(manifest.files)} files, "
                 f"{manifest.total_size} bytes; {entry.name} ({entry.size_text}) on {fit.nodes} "

@@ -9,12 +9,14 @@ DOCUMENTATION = r"""
 module: container_wait
 short_description: Wait until a container logs a line or answers HTTP, or fail with its log
 description:
-  - Polls a Docker container until its log matches I(log_regex) and/or I(url) answers with
-    I(status), within I(timeout) seconds. Fails at once, with the log tail, if the container
-    exits or is missing; fails with the log tail on timeout. Read-only; runs the same in check
-    mode.
-  - Used for the ordered launch: a headless vLLM worker is "up" once it logs that it is joining
-    the head; the head is ready when C(/health) answers 200.
+  - Polls a Docker container until its log matches I(log_regex) and/or every I(url) answers
+    with I(status), within I(timeout) seconds. Fails at once, with the log tail, if the
+    container exits or is missing; fails with the log tail on timeout. Read-only; runs the same
+    in check mode.
+  - The action plugin of the same name waits in slices of I(progress_interval) seconds and
+    prints the container's last log lines on the controller between them.
+  - Used for the ordered launch, where a headless vLLM worker is "up" once it logs that it is
+    joining the head, and the head is ready when C(/health) and C(/v1/models) answer 200.
 options:
   container:
     description: Container name or id.

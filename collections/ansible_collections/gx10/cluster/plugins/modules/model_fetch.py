@@ -11,10 +11,18 @@ short_description: Verify a model directory against a manifest; fetch missing or
 description:
   - Verifies every manifest file under I(dest) (sizes first, then hashes in parallel, skipping
     files the verification cache vouches for), then fetches each missing or mismatching file from
-    I(source) over HTTP into C(<file>.partial), resuming a previous C(.partial) with a Range
-    request, verifies it and only then renames it into place. A verified file is never replaced
-    by an unverified one; a corrupt file is replaced only by a verified download.
-  - Free disk for what is missing (plus I(margin_bytes)) is checked before any byte moves.
+    I(source) into C(<file>.partial), resuming a previous C(.partial) from its current length (an
+    HTTP Range request, or a seek in a source directory), verifies it and only then renames it
+    into place. A verified file is never replaced by an unverified one; a corrupt file is replaced
+    only by a verified download.
+  - Three sources. C(http), any server holding the files by their manifest paths. C(hub), the
+    Hugging Face Hub, each file from C({endpoint}/{repo}/resolve/{revision}/{path}) as
+    C(hf download) does, following the Hub's redirect to its CDN; the token is sent to the
+    endpoint's host only, never to where a redirect leads. C(dir), a local or NAS-mounted
+    directory, copied with large reads (rsync semantics, resume, verify, rename).
+  - Free disk for what is missing (plus I(margin_bytes)) is checked before any byte moves, and so
+    are a hub source's revision (it must be I(revision), the manifest's pin) and a dir source's
+    files (present, with the manifest's sizes).
   - Files the manifest does not list are reported, never deleted.
   - Without I(source) it only verifies, and fails naming every missing or mismatching file.
   - Check mode verifies and reports what would be fetched.
@@ -29,8 +37,42 @@ options:
     type: path
     required: true
   source:
-    description: Where missing files come from, C({type: http, base_url: http://host:port/}).
+    description:
+      - Where missing files come from. Without it the module only verifies.
+      - "C({type: http, base_url: http://host:port/dir/}),
+        C({type: hub, repo: OWNER/NAME, revision: COMMIT, token: SECRET}) or
+        C({type: dir, path: /mnt/nas/CHECKPOINT})."
     type: dict
+    suboptions:
+      type:
+        description: The kind of source.
+        type: str
+        required: true
+        choices: [http, hub, dir]
+      base_url:
+        description: C(http) only. The URL the manifest paths are relative to.
+        type: str
+      repo:
+        description: C(hub) only. The repository, C(OWNER/NAME).
+        type: str
+      revision:
+        description: C(hub) only. The full commit sha; must equal I(revision).
+        type: str
+      endpoint:
+        description: C(hub) only. The Hub's URL (C(https://huggingface.co) when unset).
+        type: str
+      token:
+        description:
+          - C(hub) only. A Hugging Face access token, sent as a bearer token in the
+            C(Authorization) header (a gated or private repository needs one). Never logged or
+            returned.
+        type: str
+      path:
+        description: C(dir) only. The absolute path of the directory on this node.
+        type: str
+  revision:
+    description: The manifest's pinned commit. Required with a C(hub) source, which must name it.
+    type: str
   reverify:
     description: Ignore the verification cache and hash every file again.
     type: bool
@@ -62,6 +104,23 @@ EXAMPLES = r"""
     dest: /srv/models/DeepSeek-V4-Flash-0731
     source: {type: http, base_url: "http://nas:8080/"}
     margin_bytes: 1073741824
+
+- name: Fetch the pinned revision from the Hugging Face Hub (a gated repository needs the token)
+  gx10.cluster.model_fetch:
+    files: "{{ manifest.files }}"
+    dest: /srv/models/DeepSeek-V4-Flash-0731
+    revision: "{{ manifest.revision }}"
+    source:
+      type: hub
+      repo: deepseek-ai/DeepSeek-V4-Flash-0731
+      revision: "{{ manifest.revision }}"
+      token: "{{ hf_token }}"
+
+- name: Copy from a NAS mount on this node
+  gx10.cluster.model_fetch:
+    files: "{{ manifest.files }}"
+    dest: /srv/models/DeepSeek-V4-Flash-0731
+    source: {type: dir, path: /mnt/nas/DeepSeek-V4-Flash-0731}
 """
 
 RETURN = r"""
@@ -86,9 +145,13 @@ fetched:
   returned: always
   type: list
 bytes_from_source:
-  description: Bytes read from the source in this run.
+  description: Bytes read from the source in this run (downloaded, or copied from a dir source).
   returned: always
   type: int
+source:
+  description: The source in words (never the token); empty without one.
+  returned: always
+  type: str
 bytes_hashed:
   description: Bytes read and hashed to verify (cache hits are not read).
   returned: always
@@ -116,6 +179,7 @@ extras:
 """
 
 import errno
+import http.client
 import os
 import time
 import urllib.error
@@ -138,12 +202,36 @@ from ansible_collections.gx10.cluster.plugins.module_utils.model_files import (
     partial_path,
     verify_files,
 )
+from ansible_collections.gx10.cluster.plugins.module_utils.model_source import (
+    SOURCE_TYPES,
+    Source,
+    SourceError,
+    parse_source,
+)
 
 CHUNK = 1024 * 1024
+# A NAS read: few large requests keep a network filesystem streaming.
+COPY_CHUNK = 16 * 1024 * 1024
 
 
 class FetchError(Exception):
-    pass
+    def __init__(self, msg: str, *, retry: bool = True, abort: bool = False) -> None:
+        super().__init__(msg)
+        self.retry = retry
+        """Another attempt could succeed (a dropped connection, a 5xx)."""
+        self.abort = abort
+        """No other file can succeed either (the Hub refused the credentials)."""
+        self.read = 0
+        """Bytes read from the source before the fetch of the file gave up."""
+
+
+class HTTPStatusError(Exception):
+    def __init__(self, code: int, reason: str, hub_message: str, elsewhere: str) -> None:
+        super().__init__(f"HTTP {code} {reason}")
+        self.code = code
+        self.reason = reason
+        self.hub_message = hub_message
+        self.elsewhere = elsewhere
 
 
 def nearest_existing(path: Path) -> Path:
@@ -158,23 +246,59 @@ def free_bytes(path: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
-def url_for(base_url: str, relpath: str) -> str:
-    base = base_url if base_url.endswith("/") else base_url + "/"
-    return base + urllib.parse.quote(relpath)
+def _origin(url: str) -> tuple[str, str]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme, parts.netloc
 
 
-def download(url: str, partial: Path, size: int, timeout: int) -> int:
-    """Append to `partial` from where it ends (Range), up to `size` bytes. Returns bytes read."""
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """Follow redirects (the Hub sends large files to its CDN) keeping the Range header, but send
+    the Authorization header only to the origin it was meant for, as huggingface_hub does: the
+    CDN gets a signed URL, never the token."""
+
+    def redirect_request(  # noqa: PLR0917 (urllib's signature)
+        self,
+        req: urllib.request.Request,
+        fp: Any,
+        code: int,
+        msg: str,
+        headers: Any,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(new.full_url) != _origin(req.full_url):
+            new.remove_header("Authorization")
+        return new
+
+
+_OPENER = urllib.request.build_opener(_Redirects)
+
+
+def resume_point(partial: Path, size: int) -> int:
+    """Bytes of `partial` a fetch can keep: its length, or 0 (and removed) if it is too long."""
     have = partial.stat().st_size if partial.exists() else 0
     if have > size:  # cannot be resumed onto; start over
         partial.unlink()
         have = 0
+    return have
+
+
+def download(
+    url: str, partial: Path, size: int, timeout: int, headers: dict[str, str] | None = None
+) -> int:
+    """Append to `partial` from where it ends (Range), up to `size` bytes. Returns bytes read.
+
+    Raises HTTPStatusError for an HTTP error status, FetchError for anything else."""
+    have = resume_point(partial, size)
     if have == size:
         return 0
-    request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+    sent = dict(headers or {})
+    if have:
+        sent["Range"] = f"bytes={have}-"
+    request = urllib.request.Request(url, headers=sent)
     read = 0
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with _OPENER.open(request, timeout=timeout) as response:
             mode = "ab"
             if have and response.status != 206:  # the server ignored the range: from zero
                 mode = "wb"
@@ -188,27 +312,80 @@ def download(url: str, partial: Path, size: int, timeout: int) -> int:
                 out.flush()
                 os.fsync(out.fileno())
     except urllib.error.HTTPError as exc:
-        raise FetchError(f"{url}: HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, OSError) as exc:
+        answered = exc.geturl() or url
+        elsewhere = "" if _origin(answered) == _origin(url) else _origin(answered)[1]
+        hub_message = " ".join(str(exc.headers.get("X-Error-Message") or "").split())[:300]
+        raise HTTPStatusError(exc.code, str(exc.reason), hub_message, elsewhere) from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        # HTTPException: a connection that broke mid-answer (a bad status line, a short read).
         reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
-        raise FetchError(f"{url}: {reason}") from None
+        raise FetchError(f"{url}: {reason!s}") from None
     return read
 
 
+def copy_from(source_file: Path, partial: Path, size: int) -> int:
+    """Append to `partial` from where it ends, reading `source_file` from the same offset.
+    Returns bytes read. One byte past `size` is read, so a longer source shows as corrupt."""
+    have = resume_point(partial, size)
+    if have == size:
+        return 0
+    left = size - have + 1
+    buffer = bytearray(min(COPY_CHUNK, left))
+    view = memoryview(buffer)
+    read = 0
+    try:
+        with open(source_file, "rb") as src, open(partial, "ab") as out:
+            src.seek(have)
+            while left > 0:
+                got = src.readinto(view[: min(len(buffer), left)])
+                if not got:
+                    break
+                out.write(view[:got])
+                read += got
+                left -= got
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as exc:
+        raise FetchError(f"{source_file}: {exc.strerror or exc}") from None
+    return read
+
+
+def pull(source: Source, entry: Expected, partial: Path, timeout: int) -> int:
+    """Bring `partial` up to `entry.size` bytes from the source. Returns bytes read.
+
+    Raises FetchError with a message that does not name `entry.path` (fetch_one does)."""
+    if source.type == "dir":
+        return copy_from(Path(source.path) / entry.path, partial, entry.size)
+    try:
+        return download(source.url_for(entry.path), partial, entry.size, timeout, source.headers())
+    except HTTPStatusError as exc:
+        msg, retry = source.http_error(
+            entry.path, exc.code, exc.reason, exc.hub_message, exc.elsewhere
+        )
+        raise FetchError(msg, retry=retry, abort=exc.code in (401, 403)) from None
+
+
 def fetch_one(
-    entry: Expected, dest: Path, base_url: str, timeout: int, attempts: int
+    entry: Expected, dest: Path, source: Source, timeout: int, attempts: int
 ) -> tuple[int, list[str]]:
-    """Fetch and install one file. Returns (bytes read from the source, notes)."""
+    """Fetch and install one file. Returns (bytes read from the source, notes).
+
+    Raises FetchError (with the bytes the failed attempts read)."""
     target = dest / entry.path
     partial = partial_path(target)
     partial.parent.mkdir(parents=True, exist_ok=True)
     read = 0
     notes: list[str] = []
     last = ""
-    for _ in range(max(1, attempts)):
+    tries = max(1, attempts)
+    for _ in range(tries):
         try:
-            read += download(url_for(base_url, entry.path), partial, entry.size, timeout)
+            read += pull(source, entry, partial, timeout)
         except FetchError as exc:
+            if not exc.retry:
+                final = FetchError(f"{entry.path}: {exc}", retry=False, abort=exc.abort)
+                final.read = read
+                raise final from None
             last = str(exc)
             notes.append(last)
             continue
@@ -220,10 +397,14 @@ def fetch_one(
             continue
         except CorruptPartialError as exc:
             last = str(exc)
+            if source.type == "dir":
+                last += f" (the source file {Path(source.path) / entry.path} does not match)"
             notes.append(last)
             continue
         return read, notes
-    raise FetchError(f"{entry.path}: not fetched after {attempts} attempt(s): {last}")
+    failed = FetchError(f"{entry.path}: not fetched after {tries} attempt(s): {last}")
+    failed.read = read
+    raise failed
 
 
 def summary(found: Verification) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -234,7 +415,8 @@ def summary(found: Verification) -> tuple[list[dict[str, Any]], list[dict[str, A
     return failures, extras
 
 
-def check_inputs(module: AnsibleModule) -> tuple[Path, list[Expected]]:
+def check_inputs(module: AnsibleModule) -> tuple[Path, list[Expected], Source | None]:
+    """Refuse bad arguments before anything is read or written (a hub source's revision too)."""
     params = module.params
     dest = Path(params["dest"])
     if not dest.is_absolute():
@@ -243,15 +425,49 @@ def check_inputs(module: AnsibleModule) -> tuple[Path, list[Expected]]:
         expected = expected_from_dicts(params["files"])
     except ModelFilesError as exc:
         module.fail_json(msg=str(exc))
-    source = params["source"]
-    base_url = str((source or {}).get("base_url") or "")
-    if source is not None and (
-        source.get("type") != "http" or not base_url.startswith(("http://", "https://"))
-    ):
+    source = None
+    if params["source"] is not None:
+        try:
+            source = parse_source(params["source"], revision=params.get("revision"))
+        except SourceError as exc:
+            module.fail_json(msg=str(exc))
+    return dest, expected, source
+
+
+def check_dir_source(
+    module: AnsibleModule, source: Source, todo: list[Expected], result: dict[str, Any]
+) -> None:
+    """Fail, before any byte moves, unless the source directory holds every file this node
+    lacks at its manifest size (a stat each: an unmounted NAS or a stale copy shows here)."""
+    root = Path(source.path)
+    if not root.is_dir():
         module.fail_json(
-            msg=f"source must be {{type: http, base_url: http://host:port/}}, got {source!r}"
+            msg=(
+                f"the source directory {root} does not exist or is not a directory (is the NAS "
+                f"mounted on this node?); {len(todo)} file(s) need fetching, nothing was fetched"
+            ),
+            **result,
         )
-    return dest, expected
+    problems = []
+    for entry in todo:
+        path = root / entry.path
+        try:
+            st = path.stat()
+        except OSError as exc:
+            problems.append(f"{path}: {exc.strerror or exc}")
+            continue
+        if not path.is_file():
+            problems.append(f"{path}: not a regular file")
+        elif st.st_size != entry.size:
+            problems.append(f"{path}: {st.st_size} bytes, the manifest says {entry.size}")
+    if problems:
+        module.fail_json(
+            msg=(
+                f"the source directory {root} cannot supply {len(problems)} of the {len(todo)} "
+                f"file(s) this node lacks: {'; '.join(problems)}; nothing was fetched"
+            ),
+            **result,
+        )
 
 
 def check_disk(
@@ -315,8 +531,7 @@ def failures_text(failures: list[dict[str, Any]]) -> str:
 def run(module: AnsibleModule) -> dict[str, Any]:
     started = time.monotonic()
     params = module.params
-    dest, expected = check_inputs(module)
-    source = params["source"]
+    dest, expected, source = check_inputs(module)
     jobs = params["jobs"] or None
     try:
         before = verify_files(dest, expected, reverify=params["reverify"], jobs=jobs)
@@ -329,6 +544,7 @@ def run(module: AnsibleModule) -> dict[str, Any]:
         "changed": False,
         "ok": before.ok,
         "dest": str(dest),
+        "source": source.describe() if source else "",
         "files_total": len(expected),
         "files_ok": len(expected) - len(todo),
         "files_fetched": 0,
@@ -355,6 +571,9 @@ def run(module: AnsibleModule) -> dict[str, Any]:
             ),
             **result,
         )
+    assert source is not None  # fail_json does not return
+    if source.type == "dir":
+        check_dir_source(module, source, todo, result)
     check_disk(module, dest, todo, result)
     if module.check_mode:
         result.update(changed=True, seconds=round(time.monotonic() - started, 3))
@@ -362,12 +581,19 @@ def run(module: AnsibleModule) -> dict[str, Any]:
     check_writable(module, dest, todo, result)
     fetched: list[str] = []
     errors: list[str] = []
-    for entry in todo:
+    for index, entry in enumerate(todo):
         try:
-            read, notes = fetch_one(
-                entry, dest, source["base_url"], params["timeout"], params["attempts"]
-            )
-        except (FetchError, InstallError) as exc:
+            read, notes = fetch_one(entry, dest, source, params["timeout"], params["attempts"])
+        except FetchError as exc:
+            result["bytes_from_source"] += exc.read
+            errors.append(str(exc))
+            if exc.abort:
+                skipped = len(todo) - index - 1
+                if skipped:
+                    errors.append(f"{skipped} more file(s) not tried")
+                break
+            continue
+        except InstallError as exc:
             errors.append(str(exc))
             continue
         result["bytes_from_source"] += read
@@ -388,24 +614,37 @@ def run(module: AnsibleModule) -> dict[str, Any]:
     )
     if errors or not after.ok:
         detail = "; ".join(errors) or failures_text(failures)
-        module.fail_json(msg=f"{dest}: fetch failed: {detail}", **result)
+        module.fail_json(msg=f"{dest}: fetch failed from {source.describe()}: {detail}", **result)
     return result
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "files": {"type": "list", "elements": "dict", "required": True},
-            "dest": {"type": "path", "required": True},
-            "source": {"type": "dict"},
-            "reverify": {"type": "bool", "default": False},
-            "margin_bytes": {"type": "int", "default": 0},
-            "jobs": {"type": "int", "default": 0},
-            "timeout": {"type": "int", "default": 60},
-            "attempts": {"type": "int", "default": 3},
+ARGUMENT_SPEC: dict[str, Any] = {
+    "files": {"type": "list", "elements": "dict", "required": True},
+    "dest": {"type": "path", "required": True},
+    "source": {
+        "type": "dict",
+        "options": {
+            "type": {"type": "str", "required": True, "choices": list(SOURCE_TYPES)},
+            "base_url": {"type": "str"},
+            "repo": {"type": "str"},
+            "revision": {"type": "str"},
+            "endpoint": {"type": "str"},
+            # A secret: Ansible masks it in the invocation and in every returned string.
+            "token": {"type": "str", "no_log": True},
+            "path": {"type": "str"},
         },
-        supports_check_mode=True,
-    )
+    },
+    "revision": {"type": "str"},
+    "reverify": {"type": "bool", "default": False},
+    "margin_bytes": {"type": "int", "default": 0},
+    "jobs": {"type": "int", "default": 0},
+    "timeout": {"type": "int", "default": 60},
+    "attempts": {"type": "int", "default": 3},
+}
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     module.exit_json(**run(module))
 
 

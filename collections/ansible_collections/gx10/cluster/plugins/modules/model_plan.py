@@ -15,6 +15,9 @@ description:
   - Looks the checkpoint up in the catalog (FIELD_NOTES section 1) by I(checkpoint) or the
     manifest's repository, or uses the manifest's own size for a checkpoint the catalog lacks,
     and refuses a plan whose nodes cannot hold the weights, with the numbers.
+  - With I(source), checks it as M(gx10.cluster.model_fetch) will (the same code), its type and
+    fields, and that a C(hub) source names the manifest's pinned revision. A bad source stops the
+    run here, before any node changes; the message never shows a token.
   - Returns the file list that M(gx10.cluster.model_fetch) takes.
 options:
   manifest:
@@ -36,6 +39,11 @@ options:
     description: Memory to keep free per node (KV cache, activations), in GB.
     type: float
     default: 0.0
+  source:
+    description:
+      - Where the head will read the files (gx10_model_source), as M(gx10.cluster.model_fetch)
+        takes it; not checked when unset.
+    type: raw
 author:
   - gx10 maintainers
 """
@@ -63,6 +71,10 @@ repo:
   type: str
 revision:
   description: The pinned commit.
+  returned: success
+  type: str
+source:
+  description: The checked source in words (never its token); empty without I(source).
   returned: success
   type: str
 """

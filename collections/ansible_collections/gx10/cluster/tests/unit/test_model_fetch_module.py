@@ -6,17 +6,29 @@ from __future__ import annotations
 import errno
 import hashlib
 import importlib.util
+import json
 import os
+import re
 import threading
+import urllib.parse
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from ansible_collections.gx10.cluster.plugins.module_utils import model_files
+from ansible_collections.gx10.cluster.plugins.module_utils import model_files, model_source
 from ansible_collections.gx10.cluster.plugins.modules import model_fetch
+from ansible_collections.gx10.cluster.tests.unit.localhost_playbook import (
+    ANSIBLE_PLAYBOOK,
+    run_ansible_playbook,
+    two_node_inventory,
+)
+from gx10.model.manifest import Manifest, ManifestFile, save_manifest
 
 SERVER_SCRIPT = Path(__file__).resolve().parents[6] / "roles/model_sync/files/gx10_serve_dir.py"
 
@@ -62,14 +74,19 @@ def _files(root: Path) -> list[dict[str, Any]]:
     return items
 
 
-@pytest.fixture
-def source(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    """A 3-file checkpoint served on 127.0.0.1 (a random port), stopped after the test."""
-    root = tmp_path / "nas"
+def _checkpoint(root: Path) -> Path:
+    """A 3-file checkpoint: one small git file, two "LFS" shards."""
     root.mkdir()
     (root / "config.json").write_text('{"model_type": "tiny"}')
     for index in (1, 2):
         (root / f"model-0000{index}.safetensors").write_bytes(os.urandom(300_000 + index))
+    return root
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A 3-file checkpoint served on 127.0.0.1 (a random port), stopped after the test."""
+    root = _checkpoint(tmp_path / "nas")
     server = _load_server().serve("127.0.0.1", 0, str(root))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -84,10 +101,18 @@ def source(tmp_path: Path) -> Iterator[tuple[Path, str]]:
 def _run(
     dest: Path, files: list[dict[str, Any]], base_url: str | None, **kw: Any
 ) -> dict[str, Any]:
+    source = {"type": "http", "base_url": base_url} if base_url else None
+    return _run_from(dest, files, source, **kw)
+
+
+def _run_from(
+    dest: Path, files: list[dict[str, Any]], source: dict[str, Any] | None, **kw: Any
+) -> dict[str, Any]:
     params = {
         "files": files,
         "dest": str(dest),
-        "source": {"type": "http", "base_url": base_url} if base_url else None,
+        "source": source,
+        "revision": None,
         "reverify": False,
         "margin_bytes": 0,
         "jobs": 2,
@@ -228,3 +253,539 @@ def test_a_missing_source_file_fails_and_keeps_nothing_unverified(
     assert "gone.json" in failed.value.msg
     assert "HTTP 404" in failed.value.msg
     assert not (dest / "gone.json").exists()
+
+
+# --- the Hugging Face Hub: a fake Hub and its CDN on loopback ---------------------------------
+
+REPO = "acme/tiny"
+REV = "0123456789abcdef0123456789abcdef01234567"
+OTHER_REV = "fedcba9876543210fedcba9876543210fedcba98"
+TOKEN = "hf_s3cretTOKENvalue0123456789"
+
+
+@dataclass
+class Seen:
+    """One request a fake server answered."""
+
+    path: str
+    range: str | None
+    authorization: str | None
+
+
+@dataclass
+class FakeHub:
+    """`{endpoint}/{repo}/resolve/{rev}/{path}`: small files served, shards redirected (302) to a
+    CDN on another port that honours Range. Gated when `token` is set: 401 without a token, 403
+    with another one. Unknown repository 401, unknown revision or file 404 (as the Hub answers)."""
+
+    root: Path
+    token: str | None = None
+    endpoint: str = ""
+    cdn: str = ""
+    hub_seen: list[Seen] = field(default_factory=list)
+    cdn_seen: list[Seen] = field(default_factory=list)
+    cdn_denies: bool = False
+
+
+def _send_file(handler: BaseHTTPRequestHandler, data: bytes) -> None:
+    start = 0
+    match = re.fullmatch(r"bytes=(\d+)-", handler.headers.get("Range") or "")
+    if match and int(match.group(1)) < len(data):
+        start = int(match.group(1))
+        handler.send_response(206)
+        handler.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+    else:
+        handler.send_response(200)
+    handler.send_header("Content-Length", str(len(data) - start))
+    handler.end_headers()
+    handler.wfile.write(data[start:])
+
+
+def _send_error(handler: BaseHTTPRequestHandler, code: int, hub_code: str, message: str) -> None:
+    body = json.dumps({"error": message}).encode()
+    handler.send_response(code)
+    handler.send_header("X-Error-Code", hub_code)
+    handler.send_header("X-Error-Message", message)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+def _seen(handler: BaseHTTPRequestHandler) -> Seen:
+    return Seen(handler.path, handler.headers.get("Range"), handler.headers.get("Authorization"))
+
+
+class _Quiet(BaseHTTPRequestHandler):
+    timeout = 10  # a stalled client cannot hold a handler thread longer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _hub_handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
+    class Hub(_Quiet):
+        def do_GET(self) -> None:
+            hub.hub_seen.append(_seen(self))
+            path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+            parts = path.lstrip("/").split("/", 4)
+            if len(parts) < 5 or parts[2] != "resolve":
+                _send_error(self, 404, "EntryNotFound", "not a resolve URL")
+            elif "/".join(parts[:2]) != REPO:
+                _send_error(self, 401, "RepoNotFound", "Repository not found")
+            elif hub.token and self.headers.get("Authorization") is None:
+                _send_error(self, 401, "GatedRepo", f"Access to model {REPO} is restricted.")
+            elif hub.token and self.headers.get("Authorization") != f"Bearer {hub.token}":
+                _send_error(self, 403, "GatedRepo", f"Access to model {REPO} is restricted.")
+            elif parts[3] != REV:
+                _send_error(self, 404, "RevisionNotFound", f"Invalid rev id: {parts[3]}")
+            elif not (hub.root / parts[4]).is_file():
+                _send_error(self, 404, "EntryNotFound", f"{parts[4]} does not exist")
+            elif parts[4].endswith(".safetensors"):
+                digest = hashlib.sha256((hub.root / parts[4]).read_bytes()).hexdigest()
+                self.send_response(302)
+                self.send_header("Location", f"{hub.cdn}/blobs/{digest}?X-Amz-Signature=sig")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            else:
+                _send_file(self, (hub.root / parts[4]).read_bytes())
+
+    return Hub
+
+
+def _cdn_handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
+    class Cdn(_Quiet):
+        def do_GET(self) -> None:
+            hub.cdn_seen.append(_seen(self))
+            if hub.cdn_denies:  # an expired signature
+                _send_error(self, 403, "", "Request has expired")
+                return
+            digest = urllib.parse.urlsplit(self.path).path.rsplit("/", 1)[-1]
+            found = [p for p in hub.root.glob("*.safetensors") if _sha256(p) == digest]
+            if not found:
+                _send_error(self, 404, "", "no such blob")
+                return
+            _send_file(self, found[0].read_bytes())
+
+    return Cdn
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@contextmanager
+def _serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.fixture
+def hub(tmp_path: Path) -> Iterator[FakeHub]:
+    """A fake Hub and CDN on two loopback ports (two origins), serving a 3-file checkpoint."""
+    fake = FakeHub(_checkpoint(tmp_path / "hub"))
+    with _serving(_hub_handler(fake)) as endpoint, _serving(_cdn_handler(fake)) as cdn:
+        fake.endpoint, fake.cdn = endpoint, cdn
+        yield fake
+
+
+def _hub_source(hub: FakeHub, **kw: Any) -> dict[str, Any]:
+    return {"type": "hub", "repo": REPO, "revision": REV, "endpoint": hub.endpoint, **kw}
+
+
+def test_hub_fetches_by_resolve_url_and_follows_the_cdn_redirect(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    files = _files(hub.root)
+    dest = tmp_path / "node"
+    result = _run_from(dest, files, _hub_source(hub), revision=REV)
+    assert result["files_fetched"] == 3
+    assert result["bytes_from_source"] == sum(f["size"] for f in files)
+    for item in files:
+        assert (dest / item["path"]).read_bytes() == (hub.root / item["path"]).read_bytes()
+    assert sorted(s.path for s in hub.hub_seen) == [
+        f"/{REPO}/resolve/{REV}/{name}"
+        for name in ("config.json", "model-00001.safetensors", "model-00002.safetensors")
+    ]
+    # The shards came from the CDN (the redirect was followed), the config from the Hub itself.
+    assert len(hub.cdn_seen) == 2
+    assert f"{REPO} at {REV}" in result["source"]
+    again = _run_from(dest, files, _hub_source(hub), revision=REV)
+    assert again["changed"] is False
+    assert len(hub.hub_seen) == 3
+
+
+def test_hub_resumes_a_partial_with_a_range_through_the_redirect(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    files = _files(hub.root)
+    dest = tmp_path / "node"
+    dest.mkdir()
+    name = "model-00002.safetensors"
+    (dest / f"{name}.partial").write_bytes((hub.root / name).read_bytes()[:100_000])
+    result = _run_from(dest, files, _hub_source(hub), revision=REV)
+    assert result["bytes_from_source"] == sum(f["size"] for f in files) - 100_000
+    assert (dest / name).read_bytes() == (hub.root / name).read_bytes()
+    ranges = {s.range for s in hub.cdn_seen}
+    assert ranges == {None, "bytes=100000-"}  # the Range header survived the redirect
+
+
+def test_hub_token_is_sent_to_the_hub_only_and_never_returned(hub: FakeHub, tmp_path: Path) -> None:
+    hub.token = TOKEN
+    files = _files(hub.root)
+    dest = tmp_path / "node"
+    result = _run_from(dest, files, _hub_source(hub, token=TOKEN), revision=REV)
+    assert result["files_fetched"] == 3
+    assert {s.authorization for s in hub.hub_seen} == {f"Bearer {TOKEN}"}
+    assert hub.cdn_seen
+    assert {s.authorization for s in hub.cdn_seen} == {None}  # the CDN got no token
+    assert TOKEN not in json.dumps(result)
+    assert "with a token" in result["source"]
+
+
+def test_a_gated_repo_without_a_token_names_the_repo_and_the_token(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    hub.token = TOKEN
+    files = _files(hub.root)
+    dest = tmp_path / "node"
+    with pytest.raises(Failed) as failed:
+        _run_from(dest, files, _hub_source(hub), revision=REV)
+    msg = failed.value.msg
+    assert "HTTP 401" in msg
+    assert f"{REPO} is gated or private" in msg
+    assert "gx10_model_source.token" in msg
+    assert "2 more file(s) not tried" in msg
+    assert len(hub.hub_seen) == 1  # not retried, and not asked again for every other file
+    assert failed.value.result["files_fetched"] == 0
+    assert [p.name for p in dest.iterdir() if not p.name.startswith(".gx10")] == []
+
+
+def test_a_refused_token_is_named_but_never_shown(hub: FakeHub, tmp_path: Path) -> None:
+    hub.token = TOKEN
+    wrong = "hf_WRONGtokenVALUE987654321"
+    with pytest.raises(Failed) as failed:
+        _run_from(tmp_path / "node", _files(hub.root), _hub_source(hub, token=wrong), revision=REV)
+    assert "HTTP 403" in failed.value.msg
+    assert f"the token was refused for {REPO}" in failed.value.msg
+    shown = failed.value.msg + json.dumps(failed.value.result)
+    assert wrong not in shown
+    assert TOKEN not in shown
+
+
+def test_a_revision_other_than_the_manifests_is_refused_before_any_byte(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    dest = tmp_path / "node"
+    with pytest.raises(Failed) as failed:
+        _run_from(dest, _files(hub.root), _hub_source(hub, revision=OTHER_REV), revision=REV)
+    msg = failed.value.msg
+    assert f"revision {OTHER_REV} is not the manifest's pinned revision {REV}" in msg
+    assert hub.hub_seen == []
+    assert not dest.exists()
+    with pytest.raises(Failed) as unpinned:
+        _run_from(dest, _files(hub.root), _hub_source(hub))
+    assert "the manifest's pinned revision was not given" in unpinned.value.msg
+    assert hub.hub_seen == []
+
+
+def test_an_unknown_revision_names_the_file_and_the_revision(hub: FakeHub, tmp_path: Path) -> None:
+    dest = tmp_path / "node"
+    source = _hub_source(hub, revision=OTHER_REV)
+    with pytest.raises(Failed) as failed:
+        _run_from(dest, _files(hub.root), source, revision=OTHER_REV)
+    msg = failed.value.msg
+    assert f"config.json: not found in {REPO} at revision {OTHER_REV}" in msg
+    assert "unknown revision or file" in msg
+    assert f"Invalid rev id: {OTHER_REV}" in msg  # the Hub's own words
+    assert len(hub.hub_seen) == 3  # each file asked once: a 404 is not retried
+    assert not list(dest.glob("*.safetensors*"))
+
+
+def test_a_cdn_refusal_is_told_apart_from_the_hubs_and_retried(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    hub.cdn_denies = True
+    files = _files(hub.root)
+    with pytest.raises(Failed) as failed:
+        _run_from(tmp_path / "node", files, _hub_source(hub), revision=REV)
+    cdn_host = urllib.parse.urlsplit(hub.cdn).netloc
+    msg = failed.value.msg
+    assert f"model-00001.safetensors: not fetched after 2 attempt(s): {cdn_host}, where" in msg
+    assert "answered HTTP 403" in msg
+    assert "gated" not in msg  # the Hub let us in; its CDN did not
+    assert len(hub.cdn_seen) == 4  # two shards, two attempts each, each through the Hub
+    assert failed.value.result["files_fetched"] == 1  # config.json, served by the Hub itself
+
+
+def test_an_unknown_repository_is_a_401_naming_it(hub: FakeHub, tmp_path: Path) -> None:
+    source = _hub_source(hub, repo="acme/nope")
+    with pytest.raises(Failed) as failed:
+        _run_from(tmp_path / "node", _files(hub.root), source, revision=REV)
+    assert "acme/nope is gated or private (or does not exist)" in failed.value.msg
+
+
+# --- a local or NAS-mounted directory ---------------------------------------------------------
+
+
+def _dir_source(root: Path) -> dict[str, Any]:
+    return {"type": "dir", "path": str(root)}
+
+
+def test_dir_source_copies_everything_then_nothing(tmp_path: Path) -> None:
+    root = _checkpoint(tmp_path / "nas")
+    files = _files(root)
+    dest = tmp_path / "node"
+    first = _run_from(dest, files, _dir_source(root))
+    assert first["files_fetched"] == 3
+    assert first["bytes_from_source"] == sum(f["size"] for f in files)
+    assert first["source"] == f"the directory {root}"
+    for item in files:
+        assert (dest / item["path"]).read_bytes() == (root / item["path"]).read_bytes()
+    assert not list(dest.glob("*.partial"))
+    again = _run_from(dest, files, _dir_source(root))
+    assert again["changed"] is False
+    assert again["bytes_from_source"] == 0
+
+
+def test_dir_source_resumes_a_partial_from_its_length(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _checkpoint(tmp_path / "nas")
+    files = _files(root)
+    dest = tmp_path / "node"
+    dest.mkdir()
+    name = "model-00001.safetensors"
+    (dest / f"{name}.partial").write_bytes((root / name).read_bytes()[:100_000])
+    monkeypatch.setattr(model_fetch, "COPY_CHUNK", 64 * 1024)  # several reads per file
+    result = _run_from(dest, files, _dir_source(root))
+    assert result["bytes_from_source"] == sum(f["size"] for f in files) - 100_000
+    assert (dest / name).read_bytes() == (root / name).read_bytes()
+
+
+def test_a_missing_source_directory_is_named(tmp_path: Path) -> None:
+    root = _checkpoint(tmp_path / "nas")
+    gone = tmp_path / "unmounted"
+    dest = tmp_path / "node"
+    with pytest.raises(Failed) as failed:
+        _run_from(dest, _files(root), _dir_source(gone))
+    assert f"the source directory {gone} does not exist" in failed.value.msg
+    assert "nothing was fetched" in failed.value.msg
+    assert not dest.exists()
+
+
+def test_missing_or_resized_source_files_are_named_before_any_byte(tmp_path: Path) -> None:
+    root = _checkpoint(tmp_path / "nas")
+    files = _files(root)
+    (root / "config.json").unlink()
+    with (root / "model-00002.safetensors").open("ab") as grown:
+        grown.write(b"x")
+    dest = tmp_path / "node"
+    with pytest.raises(Failed) as failed:
+        _run_from(dest, files, _dir_source(root))
+    msg = failed.value.msg
+    assert f"{root / 'config.json'}: No such file or directory" in msg
+    assert f"{root / 'model-00002.safetensors'}: 300003 bytes, the manifest says 300002" in msg
+    assert "cannot supply 2 of the 3 file(s)" in msg
+    assert not dest.exists()
+
+
+def test_a_corrupt_source_file_is_caught_and_the_verified_copy_kept(tmp_path: Path) -> None:
+    root = _checkpoint(tmp_path / "nas")
+    files = _files(root)
+    dest = tmp_path / "node"
+    _run_from(dest, files, _dir_source(root))
+    for name in ("model-00001.safetensors", "model-00002.safetensors"):  # same size, wrong bytes
+        data = bytearray((root / name).read_bytes())
+        data[1234] ^= 0xFF
+        (root / name).write_bytes(bytes(data))
+    kept = dest / "model-00001.safetensors"
+    before = (kept.stat().st_ino, kept.read_bytes())
+    (dest / "model-00002.safetensors").unlink()
+    with pytest.raises(Failed) as failed:
+        _run_from(dest, files, _dir_source(root), reverify=True)
+    msg = failed.value.msg
+    assert "model-00002.safetensors: not fetched after 2 attempt(s)" in msg
+    assert f"the source file {root / 'model-00002.safetensors'} does not match" in msg
+    assert (kept.stat().st_ino, kept.read_bytes()) == before
+    assert not (dest / "model-00002.safetensors").exists()
+    assert not list(dest.glob("*.partial"))
+    assert failed.value.result["files_ok"] == 2
+
+
+# --- checking a source (shared by the module and the model_plan action) ------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("http://nas/", "not a mapping"),
+        ({"type": "ftp", "base_url": "ftp://nas/"}, "type 'ftp' is not one of http, hub, dir"),
+        ({"type": "http", "base_url": "nas:8080"}, "base_url 'nas:8080' is not an http://"),
+        ({"type": "http", "base_url": "http://nas/", "path": "/x"}, "do not apply to a http"),
+        ({"type": "dir", "path": "nas/dir"}, "path 'nas/dir' is not an absolute directory"),
+        ({"type": "dir", "path": "/mnt/x", "base": "y"}, "unknown key(s) base"),
+        ({"type": "hub", "repo": "acme/tiny", "revision": "main"}, "not a full commit sha"),
+        ({"type": "hub", "repo": "a b", "revision": REV}, "'a b' is not a Hub repository id"),
+        (
+            {"type": "hub", "repo": REPO, "revision": REV, "endpoint": "huggingface.co"},
+            "endpoint 'huggingface.co' is not an http:// or https:// URL",
+        ),
+    ],
+)
+def test_a_bad_source_names_the_value_and_every_type(value: object, expected: str) -> None:
+    with pytest.raises(model_source.SourceError) as raised:
+        model_source.parse_source(value, revision=REV, name="gx10_model_source")
+    msg = str(raised.value)
+    assert msg.startswith(f"gx10_model_source is {value!r}: ")
+    assert expected in msg
+    for example in ("{type: http, base_url:", "{type: hub, repo: OWNER/NAME", "{type: dir, path:"):
+        assert example in msg
+
+
+def test_a_bad_source_never_shows_its_token() -> None:
+    value = {"type": "hub", "repo": REPO, "revision": OTHER_REV, "token": "hf_x\nInjected: 1"}
+    with pytest.raises(model_source.SourceError) as raised:
+        model_source.parse_source(value, revision=REV)
+    msg = str(raised.value)
+    assert "hf_x" not in msg
+    assert "'token': '<hidden>'" in msg
+    assert "token is not a string of visible ASCII" in msg
+    assert f"revision {OTHER_REV} is not the manifest's pinned revision {REV}" in msg
+
+
+def test_a_good_source_has_its_urls_and_header() -> None:
+    hub = model_source.parse_source(
+        {"type": "hub", "repo": REPO, "revision": REV, "token": TOKEN, "endpoint": None},
+        revision=REV,
+    )
+    assert hub.url_for("sub dir/a.json") == (
+        f"https://huggingface.co/{REPO}/resolve/{REV}/sub%20dir/a.json"
+    )
+    assert hub.headers() == {"Authorization": f"Bearer {TOKEN}"}
+    assert TOKEN not in repr(hub) + hub.describe()
+    http = model_source.parse_source({"type": "http", "base_url": "http://nas:8080/ckpt"})
+    assert http.url_for("a.json") == "http://nas:8080/ckpt/a.json"
+    assert http.headers() == {}
+    folder = model_source.parse_source({"type": "dir", "path": "/mnt/nas/ckpt/"})
+    assert folder.path == "/mnt/nas/ckpt"
+
+
+def test_a_dir_source_that_grew_after_the_check_shows_as_corrupt(tmp_path: Path) -> None:
+    source_file = tmp_path / "grown.bin"
+    source_file.write_bytes(b"a" * 1000)
+    partial = tmp_path / "node" / "grown.bin.partial"
+    partial.parent.mkdir()
+    partial.write_bytes(b"a" * 100)
+    read = model_fetch.copy_from(source_file, partial, 500)
+    assert read == 401  # from the partial's end, and one byte past the expected size, no more
+    assert partial.stat().st_size == 501
+
+
+# --- through ansible-playbook: the argument spec, AnsiballZ, and no_log on the token ------------
+
+PLAYBOOK = """
+- name: Plan and fetch from a gated Hub with a token
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Load the manifest and check the source
+      gx10.cluster.model_plan:
+        manifest: "{{ manifest }}"
+        nodes: 1
+        source: "{{ hub_source }}"
+      register: plan
+
+    - name: Fetch
+      gx10.cluster.model_fetch:
+        files: "{{ plan.files }}"
+        dest: "{{ dest }}"
+        revision: "{{ plan.revision }}"
+        source: "{{ hub_source }}"
+        timeout: 10
+      register: fetched
+
+    - name: Another revision is refused on the controller
+      gx10.cluster.model_plan:
+        manifest: "{{ manifest }}"
+        nodes: 1
+        source: "{{ hub_source | combine({'revision': other_rev}) }}"
+      register: refused
+      ignore_errors: true
+
+    - name: Show the outcome
+      ansible.builtin.debug:
+        msg: "FETCHED={{ fetched.files_fetched }} PLAN_SOURCE={{ plan.source }} REFUSED={{
+          refused is failed }} REFUSED_MSG={{ refused.msg }}"
+"""
+
+
+@pytest.mark.skipif(
+    not ANSIBLE_PLAYBOOK.exists(), reason="needs ansible-playbook next to the test interpreter"
+)
+def test_ansible_masks_the_token_and_the_plan_refuses_another_revision(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    hub.token = TOKEN
+    entries = [
+        ManifestFile(
+            f["path"],
+            f["size"],
+            "lfs" if "sha256" in f else "git",
+            next(f[k] for k in ("sha256", "git_sha1") if k in f),
+        )
+        for f in _files(hub.root)
+    ]
+    manifest = tmp_path / "manifest.yml"
+    save_manifest(Manifest(REPO, REV, tuple(entries)), manifest, source="the test")
+    extra = {
+        "manifest": str(manifest),
+        "dest": str(tmp_path / "node"),
+        "hub_source": _hub_source(hub, token=TOKEN),
+        "other_rev": OTHER_REV,
+    }
+    (tmp_path / "vars.json").write_text(json.dumps(extra))
+    (tmp_path / "inventory.yml").write_text(json.dumps(two_node_inventory({}, {}, {})))
+    (tmp_path / "playbook.yml").write_text(PLAYBOOK)
+    run = run_ansible_playbook(
+        tmp_path,
+        tmp_path / "inventory.yml",
+        tmp_path / "playbook.yml",
+        "-e",
+        f"@{tmp_path / 'vars.json'}",
+        "-vvv",
+        timeout=120,
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-4000:]
+    flat = " ".join(out.split())  # the yaml callback wraps long lines
+    assert "FETCHED=3" in flat
+    assert f"PLAN_SOURCE=the Hub ({hub.endpoint}) {REPO} at {REV}, with a token" in flat
+    assert "REFUSED=True" in flat
+    assert f"revision {OTHER_REV} is not the manifest's pinned revision {REV}" in flat
+    assert "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER" in out  # the invocation, masked
+    assert TOKEN not in out
+    assert {s.authorization for s in hub.hub_seen} == {f"Bearer {TOKEN}"}
+    assert (tmp_path / "node" / "config.json").read_bytes() == (
+        hub.root / "config.json"
+    ).read_bytes()
+
+
+def test_the_documentation_parses_and_matches_the_argument_spec() -> None:
+    doc = yaml.safe_load(model_fetch.DOCUMENTATION)
+    yaml.safe_load(model_fetch.EXAMPLES)
+    returned = yaml.safe_load(model_fetch.RETURN)
+    spec = model_fetch.ARGUMENT_SPEC
+    assert set(doc["options"]) == set(spec)
+    documented = doc["options"]["source"]["suboptions"]
+    assert set(documented) == set(spec["source"]["options"])
+    assert documented["type"]["choices"] == spec["source"]["options"]["type"]["choices"]
+    assert spec["source"]["options"]["token"]["no_log"] is True
+    assert {"bytes_from_source", "source"} <= set(returned)
