@@ -310,3 +310,21 @@ def test_model_verify_cli_names_the_bad_file(synced: ProvisionResult, tmp_path: 
     run = _cli("verify", "--manifest", str(MANIFEST_FILE), str(copy), "--json")
     assert run.returncode != 0
     assert SHARD in run.stdout
+
+
+def test_a_directory_source_on_the_head(synced: ProvisionResult) -> None:
+    """gx10_model_source {type: dir}: the head copies from a local (NAS-mounted) directory,
+    verified; nothing else changes on the worker."""
+    nas = "/srv/nas-copy"
+    node_sh("gx10-a", f"rm -rf {nas} && cp -a {MODEL_DIR} {nas} && rm -rf {MODEL_DIR}")
+    try:
+        run = _model(gx10_model_source={"type": "dir", "path": nas})
+        assert run.ok, run.failed_tasks
+        fetch = _results(run, FETCH_TASK)
+        assert fetch["gx10-a"]["bytes_from_source"] == TOTAL
+        assert fetch["gx10-a"]["files_fetched"] == len(MANIFEST["files"])
+        assert _sha256("gx10-a", SHARD) == SHARD_SHA256
+        missing = _model(gx10_model_source={"type": "dir", "path": "/srv/no-such-dir"})
+        assert missing.ok  # nothing is missing on the head now: the source is not read
+    finally:
+        node_sh("gx10-a", f"rm -rf {nas}")

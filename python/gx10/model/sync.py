@@ -23,6 +23,7 @@ from gx10.provision import EventHandler, PathLike, ProvisionResult, provision
 
 PLAYBOOK = "site.yml"
 TAGS = ("model",)
+CONTROLLER_HOSTS = frozenset({"localhost"})
 MODULE = "gx10.cluster.model_fetch"
 ROLE = "model_sync"
 
@@ -177,7 +178,10 @@ class SyncEvents:
             node.last_failed = outcome
 
     def result(self, run: ProvisionResult) -> SyncResult:
-        names = sorted(set(run.hosts) | set(self._nodes))
+        # The controller's plays (validate) run on localhost: it is not a node unless it ran the
+        # role's tasks.
+        hosts = {h for h in run.hosts if h not in CONTROLLER_HOSTS}
+        names = sorted(hosts | set(self._nodes))
         return SyncResult(run, tuple(self._node(name, run) for name in names))
 
     def _node(self, name: str, run: ProvisionResult) -> NodeSync:
