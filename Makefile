@@ -11,7 +11,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR ?= 0
 PYTHON ?= python3
 
-.PHONY: help venv host-deps lab lab-up lab-down lab-status test lint unit molecule e2e clean
+.PHONY: help venv host-deps lab lab-up lab-down lab-status test lint docs unit molecule e2e clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -55,13 +55,17 @@ lab-status: venv ## Show the lab
 
 test: lint unit molecule e2e ## Everything: lint, unit, molecule, end to end
 
-lint: venv ## yamllint, ansible-lint (production), ruff, mypy
+lint: venv ## yamllint, ansible-lint (production), ruff, mypy, role READMEs against their specs
 	yamllint --strict .
 	ansible-lint --profile production --offline
 	ruff check .
 	ruff format --check .
 	mypy
 	mypy --strict collections/ansible_collections/gx10/cluster/plugins/module_utils
+	python -m gx10._dev.role_docs --check
+
+docs: venv ## Regenerate each role README's variable table from meta/argument_specs.yml
+	python -m gx10._dev.role_docs
 
 unit: venv ## Unit tests (plugins and Python)
 	pytest -q

@@ -1,0 +1,1 @@
+"""Developer tooling (documentation generators and checks); not used at run time."""
