@@ -1,8 +1,9 @@
 """The `gx10` command.
 
 Each subcommand is an `_add_<name>` function that builds its parser and sets `handler` to a
-`_run_<name>` function; `_SUBCOMMANDS` is the one place they are registered. Handlers return an
-exit code and leave rendering to `gx10.progress`.
+`_run_<name>` function; `_SUBCOMMANDS` is the one place they are registered (other
+distributions, the lab among them, add theirs through the `gx10.commands` entry points).
+Handlers return an exit code and leave rendering to `gx10.progress`.
 
 Exit codes: 0 ok; 1 setup or usage error; 2 the playbook ran and failed, or `model verify` found
 a missing or mismatching file, or `doctor` found a fault (an error finding); 3 `lab status` found
@@ -14,12 +15,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import importlib.metadata
 import json
 import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, NoReturn, Protocol, cast
+from typing import Any, NoReturn, cast
 
 import yaml
 from rich.console import Console
@@ -58,9 +60,10 @@ EXIT_NOT_RUNNING = 3
 EXIT_INTERRUPTED = 130
 
 Handler = Callable[[argparse.Namespace], int]
+AddCommand = Callable[["argparse._SubParsersAction[Parser]", "Parser"], None]
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """argparse exits 2 on usage errors; 2 means "the playbook failed" here, so use 1."""
 
     def error(self, message: str) -> NoReturn:
@@ -82,24 +85,39 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="gx10", description="Provision GB10 nodes into a vLLM service.")
+    parser = Parser(prog="gx10", description="Provision GB10 nodes into a vLLM service.")
     parser.add_argument("--version", action="version", version=f"gx10 {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    json_option = _Parser(add_help=False)
+    json_option = Parser(add_help=False)
     json_option.add_argument(
         "--json", action="store_true", help="print a JSON document on stdout (progress on stderr)"
     )
     for add in _SUBCOMMANDS:
         add(commands, json_option)
+    for add in _plugged_in():
+        add(commands, json_option)
     return parser
+
+
+PLUGIN_GROUP = "gx10.commands"
+
+
+def _plugged_in() -> list[AddCommand]:
+    """Commands other distributions add (entry point group ``gx10.commands``), by name.
+
+    The lab registers ``gx10 lab`` this way (``gx10.lab.cli:add_parser``): the product's CLI knows
+    nothing of its test equipment, and a build without the lab simply has no ``lab`` command.
+    """
+    found = sorted(importlib.metadata.entry_points(group=PLUGIN_GROUP), key=lambda ep: ep.name)
+    return [cast(AddCommand, entry.load()) for entry in found]
 
 
 # --- provision -------------------------------------------------------------------------------
 
 
 def _add_provision(
-    commands: argparse._SubParsersAction[_Parser],
-    json_option: _Parser,
+    commands: argparse._SubParsersAction[Parser],
+    json_option: Parser,
 ) -> None:
     p = commands.add_parser(
         "provision",
@@ -152,7 +170,7 @@ def _run_provision(args: argparse.Namespace) -> int:
     )
     print_summary(console, result)
     if args.json:
-        _print_json(result.to_dict())
+        print_json(result.to_dict())
     if result.status == "canceled":  # Ctrl-C during the run: runner stops it and reports this
         return EXIT_INTERRUPTED
     return EXIT_OK if result.ok else EXIT_FAILED
@@ -179,208 +197,12 @@ def _extra_vars(value: str) -> dict[str, Any]:
     return {key.strip(): val}
 
 
-# --- lab -------------------------------------------------------------------------------------
-
-
-class _LabStatus(Protocol):
-    @property
-    def running(self) -> bool: ...
-
-    def to_dict(self) -> Mapping[str, Any]: ...
-
-    def summary_lines(self) -> list[str]: ...
-
-
-class _LabApi(Protocol):
-    def up(self) -> _LabStatus: ...
-
-    def down(self) -> None: ...
-
-    def status(self) -> _LabStatus: ...
-
-    def swap_nics(self, node: str) -> _LabStatus: ...
-
-    def replace_node(self, node: str) -> _LabStatus: ...
-
-    def throttle(self, node: str, netdev: str, rate: str | None) -> str: ...
-
-    def heat(
-        self, node: str, offset_c: float | None, tau_s: float | None = None
-    ) -> Mapping[str, float | None]: ...
-
-
-def _add_lab(
-    commands: argparse._SubParsersAction[_Parser],
-    json_option: _Parser,
-) -> None:
-    lab = commands.add_parser("lab", help="the two-node docker lab that stands in for GB10 nodes")
-    actions = lab.add_subparsers(title="actions", metavar="ACTION", required=True)
-    for name, handler, text in (
-        ("up", _run_lab_up, "start the lab and wait until it is reachable"),
-        ("down", _run_lab_down, "stop and remove the lab"),
-        ("status", _run_lab_status, "show the lab; exit 0 only if it is running"),
-    ):
-        actions.add_parser(name, parents=[json_option], help=text).set_defaults(handler=handler)
-    # Test equipment for hardware-swap scenarios: the inventory is then re-applied to converge.
-    for name, handler, text in (
-        ("swap-nics", _run_lab_swap_nics, "give NODE's rails new NICs (new MACs), recabled"),
-        ("replace", _run_lab_replace, "replace NODE by a fresh machine (container and volume)"),
-    ):
-        action = actions.add_parser(name, parents=[json_option], help=text)
-        action.add_argument("node", metavar="NODE", help="a lab node, e.g. gx10-b")
-        action.set_defaults(handler=handler)
-    # Test equipment for the fabric checks: a slow rail standing in for the CX-7 stuck state.
-    throttle = actions.add_parser(
-        "throttle",
-        parents=[json_option],
-        help="throttle NODE's end of a rail (tc tbf), or --clear it",
-        description=(
-            "Shape the egress of one rail end with `tc qdisc replace dev NETDEV root tbf rate "
-            "RATE burst 64kb latency 50ms` inside the node; --clear deletes the root qdisc."
-        ),
-    )
-    throttle.add_argument("node", metavar="NODE", help="a lab node, e.g. gx10-b")
-    throttle.add_argument("netdev", metavar="NETDEV", help="a rail netdev, e.g. enP2p1s0f0np0")
-    how = throttle.add_mutually_exclusive_group(required=True)
-    how.add_argument("--rate", help="a tc rate, e.g. 300mbit")
-    how.add_argument("--clear", action="store_true", help="remove the throttle")
-    throttle.set_defaults(handler=_run_lab_throttle)
-    # Test equipment for the thermal checks: the nvidia-smi simulator's temperature model.
-    heat = actions.add_parser(
-        "heat",
-        parents=[json_option],
-        help="warm NODE's simulated GPU by --offset degrees C, or --clear it",
-        description=(
-            "Set the nvidia-smi simulator's ambient offset (degrees C added to its temperature "
-            "model; +25 takes a loaded node past 84 C and keeps an idle one above 70 C) and its "
-            "thermal time constant in NODE. --clear removes both (offset 0, tau 30 s); a call "
-            "without --tau puts the time constant back to its default."
-        ),
-    )
-    heat.add_argument("node", metavar="NODE", help="a lab node, e.g. gx10-b")
-    how = heat.add_mutually_exclusive_group(required=True)
-    how.add_argument("--offset", type=_celsius, metavar="C", help="degrees C, e.g. 25 or -5")
-    how.add_argument("--clear", action="store_true", help="remove the offset (and --tau)")
-    heat.add_argument(
-        "--tau",
-        type=_seconds,
-        metavar="SECONDS",
-        help="thermal time constant (default 30, 0: none)",
-    )
-    heat.set_defaults(handler=_run_lab_heat)
-
-
-def _celsius(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not -100.0 <= value <= 100.0:  # also refuses nan and inf
-        raise argparse.ArgumentTypeError(f"expected degrees C in -100..100, got {text!r}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0.0 <= value <= 86400.0:
-        raise argparse.ArgumentTypeError(f"expected seconds in 0..86400, got {text!r}")
-    return value
-
-
-def _run_lab_up(args: argparse.Namespace) -> int:
-    with _stdout_for(args):
-        status = _lab().up()
-    _print_lab_status(args, status)
-    return EXIT_OK
-
-
-def _run_lab_down(args: argparse.Namespace) -> int:
-    with _stdout_for(args):
-        _lab().down()
-    if args.json:
-        _print_json({"ok": True})
-    else:
-        print("lab is down")
-    return EXIT_OK
-
-
-def _run_lab_status(args: argparse.Namespace) -> int:
-    with _stdout_for(args):
-        status = _lab().status()
-    _print_lab_status(args, status)
-    return EXIT_OK if status.running else EXIT_NOT_RUNNING
-
-
-def _run_lab_swap_nics(args: argparse.Namespace) -> int:
-    with _stdout_for(args):
-        status = _lab("swap_nics").swap_nics(args.node)
-    _print_lab_status(args, status)
-    return EXIT_OK if status.running else EXIT_NOT_RUNNING
-
-
-def _run_lab_replace(args: argparse.Namespace) -> int:
-    with _stdout_for(args):
-        status = _lab("replace_node").replace_node(args.node)
-    _print_lab_status(args, status)
-    return EXIT_OK if status.running else EXIT_NOT_RUNNING
-
-
-def _run_lab_throttle(args: argparse.Namespace) -> int:
-    rate = None if args.clear else args.rate
-    with _stdout_for(args):
-        qdisc = _lab("throttle").throttle(args.node, args.netdev, rate)
-    if args.json:
-        _print_json({"node": args.node, "netdev": args.netdev, "rate": rate, "qdisc": qdisc})
-    else:
-        print(f"{args.node} {args.netdev}: {qdisc or 'no qdisc'}")
-    return EXIT_OK
-
-
-def _run_lab_heat(args: argparse.Namespace) -> int:
-    offset = None if args.clear else args.offset
-    with _stdout_for(args):
-        settings = _lab("heat").heat(args.node, offset, args.tau)
-    offset_now, tau_now = settings.get("ambient_offset_c"), settings.get("thermal_tau_s")
-    if args.json:
-        _print_json({"node": args.node, "ambient_offset_c": offset_now, "thermal_tau_s": tau_now})
-    else:
-        offset_text = "none" if offset_now is None else f"{offset_now:+g} C"
-        tau_text = "30 s (default)" if tau_now is None else f"{tau_now:g} s"
-        print(f"{args.node}: GPU ambient offset {offset_text}, thermal time constant {tau_text}")
-    return EXIT_OK
-
-
-def _lab(*also: str) -> _LabApi:
-    # Imported on use: the lab pulls in docker tooling that provision does not need.
-    try:
-        module = importlib.import_module("gx10.lab")
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("gx10.lab",):
-            raise
-        raise Gx10Error("the lab is not available: gx10.lab is not installed") from exc
-    missing = [name for name in ("up", "down", "status", *also) if not hasattr(module, name)]
-    if missing:
-        raise Gx10Error(f"the lab is not available: gx10.lab has no {', '.join(missing)}")
-    return cast(_LabApi, module)
-
-
-def _print_lab_status(args: argparse.Namespace, status: _LabStatus) -> None:
-    if args.json:
-        _print_json(status.to_dict())
-    else:
-        for line in status.summary_lines():
-            print(line)
-
-
 # --- model -----------------------------------------------------------------------------------
 
 
 def _add_model(
-    commands: argparse._SubParsersAction[_Parser],
-    json_option: _Parser,
+    commands: argparse._SubParsersAction[Parser],
+    json_option: Parser,
 ) -> None:
     model = commands.add_parser(
         "model", help="model weights: build a manifest, verify a copy, sync the cluster"
@@ -492,7 +314,7 @@ def _run_model_manifest(args: argparse.Namespace) -> int:
     save_manifest(manifest, args.output, source=source)
     summary = _manifest_summary(manifest, args.output)
     if args.json:
-        _print_json(summary)
+        print_json(summary)
     else:
         print(
             f"wrote {args.output}: {manifest.repo} at {manifest.revision}, "
@@ -529,7 +351,7 @@ def _run_model_verify(args: argparse.Namespace) -> int:
         )
     print_verify_report(err if args.json else Console(highlight=False), report)
     if args.json:
-        _print_json(report.to_dict())
+        print_json(report.to_dict())
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
@@ -548,7 +370,7 @@ def _run_model_sync(args: argparse.Namespace) -> int:
         )
     print_sync_report(err if args.json else Console(highlight=False), result)
     if args.json:
-        _print_json(result.to_dict())
+        print_json(result.to_dict())
     if result.run.status == "canceled":
         return EXIT_INTERRUPTED
     return EXIT_OK if result.ok else EXIT_FAILED
@@ -568,8 +390,8 @@ def _positive_int(value: str) -> int:
 
 
 def _add_doctor(
-    commands: argparse._SubParsersAction[_Parser],
-    json_option: _Parser,
+    commands: argparse._SubParsersAction[Parser],
+    json_option: Parser,
 ) -> None:
     p = commands.add_parser(
         "doctor",
@@ -620,7 +442,7 @@ def _run_doctor(args: argparse.Namespace) -> int:
         document = json.loads(findings_json(findings))
         document["nodes"] = {ev.node: {"reachable": ev.reachable} for ev in evidences}
         document["artifact_dir"] = str(result.artifact_dir)
-        _print_json(document)
+        print_json(document)
     else:
         print_findings(Console(highlight=False), findings)
     return EXIT_FAILED if has_errors(findings) else EXIT_OK
@@ -630,8 +452,8 @@ def _run_doctor(args: argparse.Namespace) -> int:
 
 
 def _add_status(
-    commands: argparse._SubParsersAction[_Parser],
-    json_option: _Parser,
+    commands: argparse._SubParsersAction[Parser],
+    json_option: Parser,
 ) -> None:
     p = commands.add_parser(
         "status",
@@ -653,7 +475,7 @@ def _run_status(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     state = cluster_status.judge(evidences, plan)
     if args.json:
-        _print_json(state.to_dict())
+        print_json(state.to_dict())
     else:
         for node in state.nodes:
             print(
@@ -670,14 +492,14 @@ def _run_status(args: argparse.Namespace) -> int:
 # --- shared ----------------------------------------------------------------------------------
 
 
-def _stdout_for(args: argparse.Namespace) -> contextlib.AbstractContextManager[object]:
+def stdout_for(args: argparse.Namespace) -> contextlib.AbstractContextManager[object]:
     """With --json, send whatever the call prints (lab progress logs) to stderr."""
     if args.json:
         return contextlib.redirect_stdout(sys.stderr)
     return contextlib.nullcontext()
 
 
-def _print_json(document: Mapping[str, Any]) -> None:
+def print_json(document: Mapping[str, Any]) -> None:
     print(json.dumps(document, indent=2, default=str))
 
 
@@ -685,8 +507,8 @@ def _print_json(document: Mapping[str, Any]) -> None:
 
 
 def _add_smoke(
-    commands: argparse._SubParsersAction[_Parser],
-    json_option: _Parser,
+    commands: argparse._SubParsersAction[Parser],
+    json_option: Parser,
 ) -> None:
     p = commands.add_parser(
         "smoke",
@@ -722,10 +544,14 @@ def _run_smoke(args: argparse.Namespace) -> int:
     return 0 if result.ok else 2
 
 
-_SUBCOMMANDS: tuple[
-    Callable[[argparse._SubParsersAction[_Parser], _Parser], None],
-    ...,
-] = (_add_provision, _add_lab, _add_model, _add_doctor, _add_status, _add_smoke, _add_bench)
+_SUBCOMMANDS: tuple[AddCommand, ...] = (
+    _add_provision,
+    _add_model,
+    _add_doctor,
+    _add_status,
+    _add_smoke,
+    _add_bench,
+)
 
 
 if __name__ == "__main__":

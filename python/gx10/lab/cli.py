@@ -1,0 +1,169 @@
+"""`gx10 lab`: the lab's own commands, plugged into the product's CLI.
+
+The product's `gx10.cli` does not import the lab: `pyproject.toml` registers `add_parser` under
+the `gx10.commands` entry points, and the CLI adds every command found there. The arrow runs one
+way, lab to product: this module uses the CLI's shared helpers and the lab's API.
+
+Exit codes as the product's: 0 ok, 1 setup or usage error, 3 the lab is not running.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from gx10 import lab as api
+from gx10.cli import EXIT_NOT_RUNNING, EXIT_OK, Parser, print_json, stdout_for
+from gx10.lab.manager import LabStatus
+
+
+def add_parser(
+    commands: argparse._SubParsersAction[Parser],
+    json_option: Parser,
+) -> None:
+    """`gx10 lab ACTION`: registered through the `gx10.commands` entry point."""
+    lab = commands.add_parser("lab", help="the two-node docker lab that stands in for GB10 nodes")
+    actions = lab.add_subparsers(title="actions", metavar="ACTION", required=True)
+    for name, handler, text in (
+        ("up", _run_lab_up, "start the lab and wait until it is reachable"),
+        ("down", _run_lab_down, "stop and remove the lab"),
+        ("status", _run_lab_status, "show the lab; exit 0 only if it is running"),
+    ):
+        actions.add_parser(name, parents=[json_option], help=text).set_defaults(handler=handler)
+    # Test equipment for hardware-swap scenarios: the inventory is then re-applied to converge.
+    for name, handler, text in (
+        ("swap-nics", _run_lab_swap_nics, "give NODE's rails new NICs (new MACs), recabled"),
+        ("replace", _run_lab_replace, "replace NODE by a fresh machine (container and volume)"),
+    ):
+        action = actions.add_parser(name, parents=[json_option], help=text)
+        action.add_argument("node", metavar="NODE", help="a lab node, e.g. gx10-b")
+        action.set_defaults(handler=handler)
+    # Test equipment for the fabric checks: a slow rail standing in for the CX-7 stuck state.
+    throttle = actions.add_parser(
+        "throttle",
+        parents=[json_option],
+        help="throttle NODE's end of a rail (tc tbf), or --clear it",
+        description=(
+            "Shape the egress of one rail end with `tc qdisc replace dev NETDEV root tbf rate "
+            "RATE burst 64kb latency 50ms` inside the node; --clear deletes the root qdisc."
+        ),
+    )
+    throttle.add_argument("node", metavar="NODE", help="a lab node, e.g. gx10-b")
+    throttle.add_argument("netdev", metavar="NETDEV", help="a rail netdev, e.g. enP2p1s0f0np0")
+    how = throttle.add_mutually_exclusive_group(required=True)
+    how.add_argument("--rate", help="a tc rate, e.g. 300mbit")
+    how.add_argument("--clear", action="store_true", help="remove the throttle")
+    throttle.set_defaults(handler=_run_lab_throttle)
+    # Test equipment for the thermal checks: the nvidia-smi simulator's temperature model.
+    heat = actions.add_parser(
+        "heat",
+        parents=[json_option],
+        help="warm NODE's simulated GPU by --offset degrees C, or --clear it",
+        description=(
+            "Set the nvidia-smi simulator's ambient offset (degrees C added to its temperature "
+            "model; +25 takes a loaded node past 84 C and keeps an idle one above 70 C) and its "
+            "thermal time constant in NODE. --clear removes both (offset 0, tau 30 s); a call "
+            "without --tau puts the time constant back to its default."
+        ),
+    )
+    heat.add_argument("node", metavar="NODE", help="a lab node, e.g. gx10-b")
+    how = heat.add_mutually_exclusive_group(required=True)
+    how.add_argument("--offset", type=_celsius, metavar="C", help="degrees C, e.g. 25 or -5")
+    how.add_argument("--clear", action="store_true", help="remove the offset (and --tau)")
+    heat.add_argument(
+        "--tau",
+        type=_seconds,
+        metavar="SECONDS",
+        help="thermal time constant (default 30, 0: none)",
+    )
+    heat.set_defaults(handler=_run_lab_heat)
+
+
+def _celsius(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not -100.0 <= value <= 100.0:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"expected degrees C in -100..100, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 86400.0:
+        raise argparse.ArgumentTypeError(f"expected seconds in 0..86400, got {text!r}")
+    return value
+
+
+def _run_lab_up(args: argparse.Namespace) -> int:
+    with stdout_for(args):
+        status = api.up()
+    _print_lab_status(args, status)
+    return EXIT_OK
+
+
+def _run_lab_down(args: argparse.Namespace) -> int:
+    with stdout_for(args):
+        api.down()
+    if args.json:
+        print_json({"ok": True})
+    else:
+        print("lab is down")
+    return EXIT_OK
+
+
+def _run_lab_status(args: argparse.Namespace) -> int:
+    with stdout_for(args):
+        status = api.status()
+    _print_lab_status(args, status)
+    return EXIT_OK if status.running else EXIT_NOT_RUNNING
+
+
+def _run_lab_swap_nics(args: argparse.Namespace) -> int:
+    with stdout_for(args):
+        status = api.swap_nics(args.node)
+    _print_lab_status(args, status)
+    return EXIT_OK if status.running else EXIT_NOT_RUNNING
+
+
+def _run_lab_replace(args: argparse.Namespace) -> int:
+    with stdout_for(args):
+        status = api.replace_node(args.node)
+    _print_lab_status(args, status)
+    return EXIT_OK if status.running else EXIT_NOT_RUNNING
+
+
+def _run_lab_throttle(args: argparse.Namespace) -> int:
+    rate = None if args.clear else args.rate
+    with stdout_for(args):
+        qdisc = api.throttle(args.node, args.netdev, rate)
+    if args.json:
+        print_json({"node": args.node, "netdev": args.netdev, "rate": rate, "qdisc": qdisc})
+    else:
+        print(f"{args.node} {args.netdev}: {qdisc or 'no qdisc'}")
+    return EXIT_OK
+
+
+def _run_lab_heat(args: argparse.Namespace) -> int:
+    offset = None if args.clear else args.offset
+    with stdout_for(args):
+        settings = api.heat(args.node, offset, args.tau)
+    offset_now, tau_now = settings.get("ambient_offset_c"), settings.get("thermal_tau_s")
+    if args.json:
+        print_json({"node": args.node, "ambient_offset_c": offset_now, "thermal_tau_s": tau_now})
+    else:
+        offset_text = "none" if offset_now is None else f"{offset_now:+g} C"
+        tau_text = "30 s (default)" if tau_now is None else f"{tau_now:g} s"
+        print(f"{args.node}: GPU ambient offset {offset_text}, thermal time constant {tau_text}")
+    return EXIT_OK
+
+
+def _print_lab_status(args: argparse.Namespace, status: LabStatus) -> None:
+    if args.json:
+        print_json(status.to_dict())
+    else:
+        for line in status.summary_lines():
+            print(line)
