@@ -11,7 +11,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR ?= 0
 PYTHON ?= python3
 
-.PHONY: help venv host-deps lab lab-up lab-down lab-status test lint docs unit molecule e2e clean
+.PHONY: help venv host-deps browser-deps lab lab-up lab-down lab-status test lint docs unit molecule e2e clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -28,6 +28,14 @@ host-deps: ## Install the host tools the lab needs (mmdebstrap, iproute2) if mis
 	@command -v docker >/dev/null || { echo "make: Docker is required (docker CLI not found)"; exit 1; }
 	@missing=""; command -v mmdebstrap >/dev/null || missing="$$missing mmdebstrap"; \
 	  command -v ip >/dev/null || missing="$$missing iproute2"; \
+	  if [ -n "$$missing" ]; then \
+	    if [ "$$(id -u)" != 0 ]; then echo "make: install$$missing (as root: apt-get install$$missing)"; exit 1; fi; \
+	    echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  fi
+
+browser-deps: ## Install the headless browser the report tests use (chromium, chromedriver) if missing
+	@missing=""; command -v chromium >/dev/null || missing="$$missing chromium"; \
+	  command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	  if [ -n "$$missing" ]; then \
 	    if [ "$$(id -u)" != 0 ]; then echo "make: install$$missing (as root: apt-get install$$missing)"; exit 1; fi; \
 	    echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -67,7 +75,7 @@ lint: venv ## yamllint, ansible-lint (production), ruff, mypy, role READMEs agai
 docs: venv ## Regenerate each role README's variable table from meta/argument_specs.yml
 	python -m gx10._dev.role_docs
 
-unit: venv ## Unit tests (plugins and Python)
+unit: venv browser-deps ## Unit tests (plugins and Python; the report's in a headless browser)
 	pytest -q
 
 molecule: venv host-deps ## Role tests on the lab: check, converge, idempotence, verify

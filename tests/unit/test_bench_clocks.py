@@ -543,9 +543,9 @@ def test_a_run_with_nodes_sweeps_records_and_restores(cell: Cell, tmp_path: Path
     assert timeline[0].startswith("node,wall,node_time,sm_clock_mhz")
     assert len(timeline) > 10
     html = build_report(out).read_text()
-    assert html.count("data:image/png;base64,") == 5
-    assert f"alt='{TITLES['clock']}'" in html
-    assert f"alt='{TITLES['thermal']}'" in html
+    assert html.count("<svg aria-label=") == 5
+    assert f"aria-label='{TITLES['clock']}'" in html
+    assert f"aria-label='{TITLES['thermal']}'" in html
     summary = (out / "summary.md").read_text()
     assert "Clock sweep at 256 prompt tokens, 1 stream(s)" in summary
     assert "| 2000 MHz |" in summary

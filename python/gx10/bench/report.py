@@ -1,14 +1,23 @@
-"""The bench report: OUT/report.html (self-contained, figures embedded as PNG) and OUT/summary.md
-(the summary tables, in the reference notes' layout), rebuilt from OUT/results.json and, for the
-temperature timeline, OUT/telemetry.csv (runs with an inventory)."""
+"""The bench report: OUT/report.html and OUT/summary.md (the summary tables, in the reference
+notes' layout), rebuilt from OUT/results.json and, for the temperature timeline, OUT/telemetry.csv
+(runs with an inventory).
+
+report.html is self-contained and works offline: the figures are inline SVG (matplotlib's), each
+plotted point and each case's span in the temperature timeline overlaid with a focusable target
+that carries its case id; a small inline script shows that case's full figures (per node SM clock,
+power, temperature; tok/s, TTFT, failed requests) while the pointer rests on it or it has the
+keyboard focus. A Content-Security-Policy refuses anything external (only that script runs)."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import html
 import io
+import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,24 +60,88 @@ def _ok(cases: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [c for c in cases if c.get("status") == "ok"]
 
 
-def _png(fig: Figure) -> str:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+@dataclass
+class Marks:
+    """A figure's hover targets: (axes, x, y, case id) points, (axes, x0, x1, case id) spans."""
+
+    points: list[tuple[Any, float, float, str]] = field(default_factory=list)
+    spans: list[tuple[Any, float, float, str]] = field(default_factory=list)
+
+    def plot(self, ax: Any, points: Sequence[tuple[float, float, str]], **style: Any) -> None:
+        """A line through `points` (x, y, case id), each point a hover target."""
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", **style)
+        self.points += [(ax, p[0], p[1], p[2]) for p in points]
+
+
+def _svg(fig: Figure, marks: Marks, key: str) -> str:
+    """The figure as inline SVG, with a focusable target over each mark (in SVG user units:
+    matplotlib writes 72 units per inch; its display coordinates are fig.dpi pixels per inch,
+    y upwards)."""
+    fig.tight_layout()
+    fig.canvas.draw()
+    scale = 72.0 / fig.dpi
+    height = fig.bbox.height
+
+    def at(px: float, py: float) -> tuple[float, float]:
+        return px * scale, (height - py) * scale
+
+    overlay: list[str] = []
+    frames: dict[int, int] = {}
+    for ax, *_ in marks.points + marks.spans:
+        if id(ax) in frames:
+            continue
+        frames[id(ax)] = len(frames)
+        box = ax.get_window_extent()
+        x0, y1 = at(box.x0, box.y0)
+        x1, y0 = at(box.x1, box.y1)
+        xlim, ylim = ax.get_xlim(), ax.get_ylim()
+        overlay.append(
+            f'<rect class="axes" data-axes="{frames[id(ax)]}" x="{x0:.2f}" y="{y0:.2f}" '
+            f'width="{x1 - x0:.2f}" height="{y1 - y0:.2f}" data-xscale="{ax.get_xscale()}" '
+            f'data-yscale="{ax.get_yscale()}" data-xlim="{float(xlim[0])!r},{float(xlim[1])!r}" '
+            f'data-ylim="{float(ylim[0])!r},{float(ylim[1])!r}"/>'
+        )
+    for ax, x0, x1, case_id in marks.spans:
+        box = ax.get_window_extent()
+        left, _ = at(ax.transData.transform((x0, 0))[0], 0)
+        right, _ = at(ax.transData.transform((x1, 0))[0], 0)
+        _, top = at(0, box.y1)
+        _, bottom = at(0, box.y0)
+        name = html.escape(case_id, quote=True)
+        overlay.append(
+            f'<rect class="hot span" tabindex="0" data-case="{name}" data-axes="{frames[id(ax)]}" '
+            f'x="{left:.2f}" y="{top:.2f}" width="{max(right - left, 2.0):.2f}" '
+            f'height="{bottom - top:.2f}"><title>{name}</title></rect>'
+        )
+    for ax, x, y, case_id in marks.points:
+        cx, cy = at(*ax.transData.transform((x, y)))
+        name = html.escape(case_id, quote=True)
+        overlay.append(
+            f'<circle class="hot pt" tabindex="0" data-case="{name}" data-axes="{frames[id(ax)]}" '
+            f'data-x="{x!r}" data-y="{y!r}" cx="{cx:.2f}" cy="{cy:.2f}" r="6">'
+            f"<title>{name}</title></circle>"
+        )
+    buffer = io.StringIO()
+    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": f"gx10-{key}"}):
+        fig.savefig(buffer, format="svg", metadata={"Date": None})
     plt.close(fig)
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
+    text = buffer.getvalue()
+    text = text[text.index("<svg") :]
+    text = text.replace("<svg ", f'<svg class="figure" id="fig-{key}" role="img" ', 1)
+    return text.replace("</svg>", "<g>" + "".join(overlay) + "</g></svg>")
 
 
 def _series(
     cases: Sequence[Mapping[str, Any]], group: str, x: str, y: str
-) -> dict[tuple[Any, str], list[tuple[float, float]]]:
-    """(case[group], clock cap) -> sorted (x, y) points: figures never mix clock caps."""
-    out: dict[tuple[Any, str], list[tuple[float, float]]] = {}
+) -> dict[tuple[Any, str], list[tuple[float, float, str]]]:
+    """(case[group], clock cap) -> sorted (x, y, case id) points: figures never mix clock caps."""
+    out: dict[tuple[Any, str], list[tuple[float, float, str]]] = {}
     for case in cases:
         value = case.get(y) if y == "aggregate_tps" else _p50(case, y)
         if value is None:
             continue
         key = (case[group], str(case["clock_cap"]))
-        out.setdefault(key, []).append((float(case[x]), float(value)))
+        out.setdefault(key, []).append((float(case[x]), float(value), str(case["id"])))
     return {k: sorted(out[k]) for k in sorted(out, key=lambda k: (k[0], _cap_key(k[1])))}
 
 
@@ -88,9 +161,9 @@ def figure_decode(cases: Sequence[Mapping[str, Any]]) -> str | None:
     if not series:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    marks = Marks()
     for key, points in series.items():
-        label = _name("per session, c=1", key, single)
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+        marks.plot(ax, points, label=_name("per session, c=1", key, single))
     ax.set_xscale("log", base=2)
     ax.set_ylim(bottom=0)
     ax.set_xlabel("context (prompt tokens)")
@@ -98,7 +171,7 @@ def figure_decode(cases: Sequence[Mapping[str, Any]]) -> str | None:
     ax.set_title(TITLES["decode"])
     ax.grid(True, alpha=0.3)
     ax.legend()
-    return _png(fig)
+    return _svg(fig, marks, "decode")
 
 
 def figure_ttft(cases: Sequence[Mapping[str, Any]]) -> str | None:
@@ -106,9 +179,9 @@ def figure_ttft(cases: Sequence[Mapping[str, Any]]) -> str | None:
     if not series:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    marks = Marks()
     for key, points in series.items():
-        label = _name(f"c={key[0]}", key, _ok(cases))
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+        marks.plot(ax, points, label=_name(f"c={key[0]}", key, _ok(cases)))
     flagged = [c for c in _ok(cases) if _flagged(c) and _p50(c, "ttft_s")]
     if flagged:
         ax.scatter(
@@ -126,7 +199,7 @@ def figure_ttft(cases: Sequence[Mapping[str, Any]]) -> str | None:
     ax.set_title(TITLES["ttft"] + " (log-log)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    return _png(fig)
+    return _svg(fig, marks, "ttft")
 
 
 def figure_concurrency(cases: Sequence[Mapping[str, Any]]) -> str | None:
@@ -136,11 +209,11 @@ def figure_concurrency(cases: Sequence[Mapping[str, Any]]) -> str | None:
     if not agg:
         return None
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    marks = Marks()
     for key, points in agg.items():
         label = _name(f"{key[0]}", key, _ok(cases))
-        left.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
-        s = session.get(key, [])
-        right.plot([p[0] for p in s], [p[1] for p in s], marker="o", label=label)
+        marks.plot(left, points, label=label)
+        marks.plot(right, session.get(key, []), label=label)
     left.set_title("aggregate tok/s")
     right.set_title("per-session decode tok/s (p50)")
     for ax in (left, right):
@@ -149,7 +222,7 @@ def figure_concurrency(cases: Sequence[Mapping[str, Any]]) -> str | None:
         ax.grid(True, alpha=0.3)
         ax.legend(title="prompt tokens", fontsize=8)
     fig.suptitle(TITLES["concurrency"])
-    return _png(fig)
+    return _svg(fig, marks, "concurrency")
 
 
 def _cap_key(cap: str) -> tuple[int, int]:
@@ -195,10 +268,21 @@ def _node_names(cases: Sequence[Mapping[str, Any]]) -> list[str]:
     return names
 
 
-def _line(ax: Any, xs: Sequence[int], ys: Sequence[float | None], name: str, **style: Any) -> None:
-    points = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
+def _line(
+    marks: Marks,
+    ax: Any,
+    group: Sequence[Mapping[str, Any]],
+    xs: Sequence[int],
+    ys: Sequence[float | None],
+    *,
+    name: str,
+    **style: Any,
+) -> None:
+    points = [
+        (float(x), y, str(c["id"])) for c, x, y in zip(group, xs, ys, strict=True) if y is not None
+    ]
     if points:
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name, **style)
+        marks.plot(ax, points, label=name, **style)
 
 
 def figure_clock(cases: Sequence[Mapping[str, Any]]) -> str | None:
@@ -210,6 +294,7 @@ def figure_clock(cases: Sequence[Mapping[str, Any]]) -> str | None:
     position = {cap: i for i, cap in enumerate(caps)}
     nodes = _node_names([c for g in groups.values() for c in g])
     fig, axes = plt.subplots(2, 3, figsize=(13, 7))
+    marks = Marks()
     panels = [
         (axes[0][0], "decode tok/s per session (p50)"),
         (axes[0][1], "prefill tok/s (p50)"),
@@ -221,20 +306,22 @@ def figure_clock(cases: Sequence[Mapping[str, Any]]) -> str | None:
     for (prompt, conc), group in groups.items():
         label = f"p{prompt} c{conc}"
         xs = [position[str(c["clock_cap"])] for c in group]
-        _line(axes[0][0], xs, [_p50(c, "decode_tps") for c in group], label)
-        _line(axes[0][1], xs, [_p50(c, "prefill_tps") for c in group], label)
-        _line(axes[0][2], xs, [(c.get("telemetry") or {}).get("tps_per_w") for c in group], label)
+        _line(marks, axes[0][0], group, xs, [_p50(c, "decode_tps") for c in group], name=label)
+        _line(marks, axes[0][1], group, xs, [_p50(c, "prefill_tps") for c in group], name=label)
+        efficiency = [(c.get("telemetry") or {}).get("tps_per_w") for c in group]
+        _line(marks, axes[0][2], group, xs, efficiency, name=label)
         for node in nodes:
             name = f"{node} {label}" if len(groups) > 1 else node
-            _line(axes[1][0], xs, [_node_value(c, node, "power_w", "mean") for c in group], name)
+            power = [_node_value(c, node, "power_w", "mean") for c in group]
+            _line(marks, axes[1][0], group, xs, power, name=name)
             temps = [_node_value(c, node, "temperature_c", "mean") for c in group]
-            _line(axes[1][1], xs, temps, name)
+            _line(marks, axes[1][1], group, xs, temps, name=name)
             peaks = [_node_value(c, node, "temperature_c", "max") for c in group]
             color = axes[1][1].get_lines()[-1].get_color() if axes[1][1].get_lines() else None
-            _line(axes[1][1], xs, peaks, f"{name} max", linestyle="--", color=color, alpha=0.6)
-            _line(
-                axes[1][2], xs, [_node_value(c, node, "sm_clock_mhz", "mean") for c in group], name
-            )
+            style = {"linestyle": "--", "color": color, "alpha": 0.6}
+            _line(marks, axes[1][1], group, xs, peaks, name=f"{name} max", **style)
+            clocks = [_node_value(c, node, "sm_clock_mhz", "mean") for c in group]
+            _line(marks, axes[1][2], group, xs, clocks, name=name)
     for ax, title in panels:
         ax.set_title(title, fontsize=10)
         ax.set_xticks(range(len(caps)), [_cap_label(c) for c in caps], fontsize=8)
@@ -243,8 +330,7 @@ def figure_clock(cases: Sequence[Mapping[str, Any]]) -> str | None:
         if ax.get_lines():
             ax.legend(fontsize=7)
     fig.suptitle(TITLES["clock"])
-    fig.tight_layout()
-    return _png(fig)
+    return _svg(fig, marks, "clock")
 
 
 def figure_thermal(document: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str | None:
@@ -256,6 +342,7 @@ def figure_thermal(document: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
     span = max(r["wall"] for r in rows) - origin
     unit, unit_name = (60.0, "minutes") if span > 600 else (1.0, "seconds")
     fig, ax = plt.subplots(figsize=(11, 4))
+    marks = Marks()
     by_node: dict[str, list[tuple[float, float]]] = {}
     for r in rows:
         by_node.setdefault(r["node"], []).append(((r["wall"] - origin) / unit, r["temperature_c"]))
@@ -272,6 +359,7 @@ def figure_thermal(document: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
         end = (case.get("ended_wall", case["started_wall"]) - origin) / unit
         color = "tab:red" if case.get("status") == "skipped" else "tab:gray"
         ax.axvspan(start, end, color=color, alpha=0.08 if i % 2 else 0.16, linewidth=0)
+        marks.spans.append((ax, start, end, str(case["id"])))
         if case.get("clock_cap") != previous_cap:
             ax.axvline(start, color="black", linewidth=0.6, alpha=0.5)
             ax.annotate(
@@ -294,7 +382,7 @@ def figure_thermal(document: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
     ax.set_title(TITLES["thermal"])
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
-    return _png(fig)
+    return _svg(fig, marks, "thermal")
 
 
 def _num(value: Any, digits: int = 1, comma: bool = False) -> str:
@@ -469,11 +557,105 @@ def _md_table_to_html(markdown: str) -> str:
     return "\n".join(out)
 
 
+def _failed(case: Mapping[str, Any]) -> int | None:
+    """Failed requests: the case's `requests_failed`, else requests - requests_ok."""
+    if case.get("requests_failed") is not None:
+        return int(case["requests_failed"])
+    if case.get("requests") is None or case.get("requests_ok") is None:
+        return None
+    return int(case["requests"]) - int(case["requests_ok"])
+
+
+def case_figures(case: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """A case's full figures as (key, label, text) rows: what hovering its marks shows."""
+    telemetry = case.get("telemetry") or {}
+    failed = _failed(case)
+    rows = [
+        ("clock_cap", "clock cap", _cap_label(str(case.get("clock_cap")))),
+        ("prompt_tokens", "prompt tokens", f"{case.get('prompt_tokens', 0):,}"),
+        ("concurrency", "streams", str(case.get("concurrency"))),
+        ("status", "status", _status(case)),
+        ("requests", "requests", str(case.get("requests", "-"))),
+        ("requests_failed", "failed requests", "-" if failed is None else str(failed)),
+        ("aggregate_tps", "aggregate tok/s", _num(case.get("aggregate_tps"))),
+        ("decode_tps", "decode tok/s per session (p50)", _num(_p50(case, "decode_tps"))),
+        ("prefill_tps", "prefill tok/s (p50)", _num(_p50(case, "prefill_tps"), 0, True)),
+        ("ttft_s", "TTFT s (p50)", _num(_p50(case, "ttft_s"), 3)),
+    ]
+    if telemetry:
+        rows += [
+            ("power_w_total", "power W (total)", _num(telemetry.get("power_w_total"))),
+            ("tps_per_w", "tok/s/W", _num(telemetry.get("tps_per_w"), 2)),
+        ]
+    for node in _node_names([case]):
+        rows += [
+            (
+                f"{node}.sm_clock_mhz",
+                f"{node} SM clock MHz (mean)",
+                _node_text(case, node, "sm_clock_mhz"),
+            ),
+            (f"{node}.power_w", f"{node} power W (mean)", _node_text(case, node, "power_w")),
+            (
+                f"{node}.temperature_c",
+                f"{node} temperature C (mean)",
+                _node_text(case, node, "temperature_c"),
+            ),
+            (
+                f"{node}.temperature_c_max",
+                f"{node} temperature C (max)",
+                _num(_node_value(case, node, "temperature_c", "max")),
+            ),
+        ]
+    rows += [("flag", "flag", f) for f in case.get("flags") or []]
+    return rows
+
+
+def _node_text(case: Mapping[str, Any], node: str, key: str) -> str:
+    return _num(_node_value(case, node, key, "mean"))
+
+
+# Shows the figures of the case under the pointer or the keyboard focus (data: #gx10-cases).
+SCRIPT = """(()=>{
+const data=JSON.parse(document.getElementById('gx10-cases').textContent);
+const tip=document.getElementById('tip');
+function show(el){const c=data[el.dataset.case];if(!c)return;
+tip.replaceChildren();const h=document.createElement('b');h.textContent=el.dataset.case;
+tip.append(h);
+const t=document.createElement('table');
+for(const [k,label,v] of c){const r=t.insertRow();r.dataset.k=k;
+const th=document.createElement('th');th.textContent=label;r.append(th);
+r.insertCell().textContent=v;}
+tip.append(t);tip.dataset.case=el.dataset.case;tip.hidden=false;
+const b=el.getBoundingClientRect(),w=tip.offsetWidth;
+const x=b.right+8+w>innerWidth?b.left-8-w:b.right+8;
+const y=Math.max(0,Math.min(b.top,innerHeight-tip.offsetHeight));
+tip.style.left=Math.max(0,x+scrollX)+'px';tip.style.top=(y+scrollY)+'px';}
+function hide(el){if(tip.dataset.case===el.dataset.case)tip.hidden=true;}
+for(const el of document.querySelectorAll('.hot')){
+el.addEventListener('pointerenter',()=>show(el));el.addEventListener('pointerleave',()=>hide(el));
+el.addEventListener('focus',()=>show(el));el.addEventListener('blur',()=>hide(el));}
+document.addEventListener('keydown',e=>{if(e.key==='Escape')tip.hidden=true;});
+})();"""
+SCRIPT_HASH = base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode("ascii")
+# Nothing external: no fetch, font, frame or image from anywhere; only SCRIPT runs (matplotlib's
+# SVG needs inline style attributes).
+CSP = (
+    "default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+    f"script-src 'sha256-{SCRIPT_HASH}'; base-uri 'none'; form-action 'none'"
+)
+
 STYLE = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;
 text-align:right}th{background:#f3f3f3}.note{color:#555}.missing{border:1px dashed #aaa;
-padding:1em;color:#666}img{max-width:100%}
+padding:1em;color:#666}svg.figure{max-width:100%;height:auto;display:block}
+.axes{fill:none;stroke:none;pointer-events:none}
+.hot{fill:transparent;stroke:none;pointer-events:all;cursor:crosshair}
+.pt:hover,.pt:focus{stroke:#000;stroke-width:1.5}.span:hover,.span:focus{fill:rgba(0,0,0,.08)}
+.hot:focus{outline:none}
+#tip{position:absolute;background:#fff;border:1px solid #888;padding:4px 8px;font-size:12px;
+box-shadow:2px 2px 6px rgba(0,0,0,.2);pointer-events:none}#tip table{margin:.3em 0 0}
+#tip th{text-align:left;background:none;font-weight:normal}#tip td,#tip th{padding:1px 6px}
 """
 
 
@@ -491,6 +673,7 @@ def build_report(out: Path) -> Path:
     (out / "summary.md").write_text(markdown, encoding="utf-8")
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
         f"<title>gx10 bench: {html.escape(str(document.get('model')))}</title>",
         f"<style>{STYLE}</style></head><body>",
         _md_table_to_html(markdown),
@@ -503,18 +686,24 @@ def build_report(out: Path) -> Path:
         ("clock", figure_clock(cases)),
         ("thermal", figure_thermal(document, read_csv(out / TELEMETRY_FILE))),
     )
-    for key, png in figures:
+    for key, svg in figures:
         parts.append(f"<h2>{html.escape(TITLES[key])}</h2>")
-        if png is not None:
-            alt = html.escape(TITLES[key])
-            parts.append(f"<img alt='{alt}' src='data:image/png;base64,{png}'>")
+        if svg is not None:
+            parts.append(svg.replace("<svg ", f"<svg aria-label='{html.escape(TITLES[key])}' ", 1))
         elif key in ("clock", "thermal") and not measured:
             parts.append(f"<p class='missing'>{html.escape(NOT_MEASURED)}</p>")
         elif key == "clock":
             parts.append(f"<p class='missing'>{html.escape(ONE_CAP)}</p>")
         else:
             parts.append("<p class='missing'>Not enough successful cases for this figure.</p>")
-    parts.append("</body></html>")
+    data = json.dumps({str(c["id"]): case_figures(c) for c in cases}, separators=(",", ":"))
+    data = data.replace("<", "\\u003c")  # nothing in the data can end its <script> block
+    parts += [
+        "<div id='tip' role='tooltip' hidden></div>",
+        f"<script type='application/json' id='gx10-cases'>{data}</script>",
+        f"<script>{SCRIPT}</script>",
+        "</body></html>",
+    ]
     path = out / "report.html"
     path.write_text("\n".join(parts), encoding="utf-8")
     return path
