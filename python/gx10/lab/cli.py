@@ -10,6 +10,7 @@ Exit codes as the product's: 0 ok, 1 setup or usage error, 3 the lab is not runn
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from gx10 import lab as api
 from gx10.cli import EXIT_NOT_RUNNING, EXIT_OK, Parser, print_json, stdout_for
@@ -78,24 +79,25 @@ def add_parser(
     heat.set_defaults(handler=_run_lab_heat)
 
 
-def _celsius(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not -100.0 <= value <= 100.0:  # also refuses nan and inf
-        raise argparse.ArgumentTypeError(f"expected degrees C in -100..100, got {text!r}")
-    return value
+def _bounded(low: float, high: float, unit: str, example: str) -> Callable[[str], float]:
+    """An argparse type: a number in low..high (nan and inf refused), named in the error."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not low <= value <= high:  # also refuses nan and inf
+            raise argparse.ArgumentTypeError(
+                f"expected {unit} in {low:g}..{high:g} ({example}), got {text!r}"
+            )
+        return value
+
+    return parse
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0.0 <= value <= 86400.0:
-        raise argparse.ArgumentTypeError(f"expected seconds in 0..86400, got {text!r}")
-    return value
+_celsius = _bounded(-100.0, 100.0, "degrees C", "e.g. 25 or -5")
+_seconds = _bounded(0.0, 86400.0, "seconds", "e.g. 10")
 
 
 def _run_lab_up(args: argparse.Namespace) -> int:
