@@ -40,8 +40,8 @@ def _v2_index(address: str) -> int | None:
         *(int(part) for part in address.partition("/")[0].split("."))
     )
     script = (
-        f"cd {PORT} && for f in gids/*; do i=${{f#gids/}}; "
-        f'[ "$(cat $f)" = {mapped} ] && echo "$i $(cat gid_attrs/types/$i 2>/dev/null)"; done; true'
+        f"cd {PORT} && for f in $(grep -lx {mapped} gids/*); do i=${{f#gids/}}; "
+        'echo "$i $(cat gid_attrs/types/$i 2>/dev/null)"; done; true'
     )
     for row in node_sh(NODE, script).splitlines():
         index, _, gid_type = row.partition(" ")
