@@ -7,9 +7,13 @@ simulator and the resolver agree on the layout.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -208,42 +212,181 @@ def test_default_gid_is_the_eui64_of_the_mac() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def test_watch_follows_ip_and_the_control_files(tmp_path: Path) -> None:
-    root, control = tmp_path / "sys", tmp_path / "control"
-    control.mkdir()
-    steps = ["1-rail-ipv4", "1-rail-ipv4", "1-rail-ipv4", "2-plus-link-local", "2-plus-link-local"]
-    seen: list[int] = []
-    now = [0.0]
+def addr_line(netdev: str, address: str, *, deleted: bool = False, index: int = 4) -> str:
+    """An address line of `ip -o monitor link address` (iproute2 6.1), as recorded."""
+    scope = "link" if address.startswith("169.254.") else "global"
+    line = f"{index}: {netdev}    inet {address} scope {scope} {netdev}\\"
+    line += "       valid_lft forever preferred_lft forever"
+    return f"Deleted {line}" if deleted else line
 
-    def read_ip() -> str:
-        return recording(steps[min(len(seen), len(steps) - 1)])
 
-    def sleep(seconds: float) -> None:
-        seen.append(roce_gid.resolve(str(root), DEV0, "192.168.100.10"))
-        if len(seen) == 1:
-            (control / "shift").write_text("5\n")  # the fault switch, flipped mid-run
-        if len(seen) == 3:
-            (control / "shift").write_text("0\n")
-        now[0] += seconds
+def link_line(netdev: str, state: str, mac: str, *, deleted: bool = False, index: int = 4) -> str:
+    flags = "BROADCAST,MULTICAST,UP,LOWER_UP" if state == "UP" else "BROADCAST,MULTICAST"
+    line = f"{index}: {netdev}@if5: <{flags}> mtu 1500 qdisc noqueue state {state} group default "
+    line += f"\\    link/ether {mac} brd ff:ff:ff:ff:ff:ff link-netnsid 0"
+    return f"Deleted {line}" if deleted else line
 
+
+RAIL0_MAC = "02:9a:00:00:0a:00"
+RAIL0_ADDR = "192.168.100.10/24"
+LINK_LOCAL_ADDR = "169.254.23.7/16"
+
+
+class FakeEvents:
+    """An event source fed from batches of lines; None in the batches: the monitor dies there.
+
+    Every read takes its whole timeout on the injected clock ``now``.
+    """
+
+    def __init__(
+        self,
+        batches: list[list[str] | None],
+        now: list[float],
+        on_read: Callable[[int], None] | None = None,
+    ) -> None:
+        self.batches = batches
+        self.now = now
+        self.on_read = on_read
+        self.starts = self.stops = self.reads = 0
+
+    def start(self) -> None:
+        self.starts += 1
+
+    def read(self, timeout: float) -> list[str] | None:
+        self.now[0] += timeout
+        if self.on_read:
+            self.on_read(self.reads)
+        self.reads += 1
+        return self.batches.pop(0) if self.batches else []
+
+    def stop(self) -> None:
+        self.stops += 1
+
+
+def test_monitor_lines_parse_like_the_kernel_sent_them() -> None:
+    event = rdma_sysfs.parse_event
+    assert event(addr_line(RAIL0, RAIL0_ADDR)) == rdma_sysfs.Event(RAIL0, False, "192.168.100.10")
+    secondary = "3: v0    inet 10.9.0.1/24 scope global secondary v0\\       valid_lft forever"
+    assert event(f"Deleted {secondary}") == rdma_sysfs.Event("v0", True, "10.9.0.1")
+    assert event(f"[ADDR]{secondary}") == rdma_sysfs.Event("v0", False, "10.9.0.1")
+    assert event(link_line(RAIL0, "LOWERLAYERDOWN", RAIL0_MAC)) == rdma_sysfs.Event(
+        RAIL0, False, operstate="LOWERLAYERDOWN", mac=RAIL0_MAC
+    )
+    gone = "Deleted 3: v0@NONE: <BROADCAST,MULTICAST> mtu 1500 qdisc noop state DOWN group default"
+    assert event(gone) == rdma_sysfs.Event("v0", True, operstate="DOWN")
+    ipv6 = (
+        "Deleted 3: v0    inet6 fe80::4c7:d9ff:fe9a:205f/64 scope link \\       valid_lft forever"
+    )
+    for ignored in (ipv6, "", "Timestamp: Thu Dec  3 14:00:00 2026 12 usec", "garbage"):
+        assert event(ignored) is None
+
+
+def test_watch_applies_events_in_order_like_the_kernel(tmp_path: Path) -> None:
+    """Delete, add, re-add in one batch: the re-added address moves behind the new one."""
+    root, now = tmp_path / "sys", [0.0]
+    batches: list[list[str] | None] = [
+        [
+            addr_line(RAIL0, RAIL0_ADDR, deleted=True),
+            addr_line(RAIL0, LINK_LOCAL_ADDR),
+            addr_line(RAIL0, RAIL0_ADDR),
+        ],
+        [link_line(RAIL0, "LOWERLAYERDOWN", RAIL0_MAC), "3: eth9    inet 10.0.0.1/8 scope global"],
+        [link_line(RAIL1, "DOWN", "02:9a:00:00:0a:01", deleted=True)],
+    ]
+    seen: list[dict[int, tuple[str, str | None]]] = []
+    events = FakeEvents(batches, now, on_read=lambda _n: seen.append(populated(root, DEV0)))
     rounds = rdma_sysfs.watch(
         str(root),
-        read_ip,
+        lambda: recording("1-rail-ipv4"),
+        events=events,
+        control_dir=str(tmp_path / "none"),
+        max_seconds=2.0,
+        clock=lambda: now[0],
+    )
+    assert rounds == 4
+    assert (events.starts, events.stops) == (1, 1)
+    assert seen[0][3] == (RAIL0_GID, ROCE_V2)  # the snapshot, before any event
+    assert {i: e for i, e in populated(root, DEV0).items() if i >= 2} == {
+        2: (LINK_LOCAL_GID, ROCE_V1),
+        3: (LINK_LOCAL_GID, ROCE_V2),
+        4: (RAIL0_GID, ROCE_V1),
+        5: (RAIL0_GID, ROCE_V2),
+    }
+    assert roce_gid.resolve(str(root), DEV0, "192.168.100.10") == 5
+    state = root / "class" / "infiniband" / DEV0 / "ports" / "1" / "state"
+    assert state.read_text() == "1: DOWN\n"
+    assert not (root / "class" / "infiniband" / DEV1).exists()
+
+
+def test_watch_follows_the_control_files(tmp_path: Path) -> None:
+    root, control, now = tmp_path / "sys", tmp_path / "control", [0.0]
+    control.mkdir()
+    seen: list[int] = []
+
+    def on_read(reads: int) -> None:
+        seen.append(roce_gid.resolve(str(root), DEV0, "192.168.100.10"))
+        if reads == 0:
+            (control / "shift").write_text("5\n")  # the fault switch, flipped mid-run
+        if reads == 2:
+            (control / "shift").write_text("0\n")
+
+    events = FakeEvents([[], [], [], [addr_line(RAIL0, LINK_LOCAL_ADDR)]], now, on_read)
+    rounds = rdma_sysfs.watch(
+        str(root),
+        lambda: recording("1-rail-ipv4"),
+        events=events,
         control_dir=str(control),
         interval=0.5,
         max_seconds=2.0,
         clock=lambda: now[0],
-        sleep=sleep,
     )
     # Round 1 unshifted (3), round 2 shifted (6), round 3 still (6), round 4 unshifted again: a
-    # changed shift rebuilds the table (3), round 5 adds 169.254 behind it.
-    assert rounds == 5
+    # changed shift rebuilds the table (3), and its event adds 169.254 behind it.
+    assert rounds == 4
     assert seen == [3, 6, 6, 3]
     assert roce_gid.resolve(str(root), DEV0, "169.254.23.7") == 5
 
     (control / "reset").touch()
-    rdma_sysfs.watch(str(root), read_ip, control_dir=str(control), max_seconds=0)
+    rdma_sysfs.watch(
+        str(root),
+        lambda: recording("1-rail-ipv4"),
+        events=FakeEvents([], now),
+        control_dir=str(control),
+        max_seconds=0,
+    )
     assert not (control / "reset").exists()
+
+
+def test_a_dying_monitor_is_restarted_a_bounded_number_of_times(tmp_path: Path) -> None:
+    """Each restart resyncs from a fresh snapshot and moves nothing; then the watch gives up."""
+    root, now = tmp_path / "sys", [0.0]
+    logged: list[str] = []
+    snapshots = ["1-rail-ipv4", "2-plus-link-local", "2-plus-link-local"]
+    batches: list[list[str] | None] = [
+        [addr_line(RAIL0, RAIL0_ADDR, deleted=True), addr_line(RAIL0, LINK_LOCAL_ADDR)],
+        [addr_line(RAIL0, RAIL0_ADDR)],
+        None,
+        [],
+        None,
+    ]
+    events = FakeEvents(batches, now)
+    with pytest.raises(rdma_sysfs.MonitorDied, match="died 2 times"):
+        rdma_sysfs.watch(
+            str(root),
+            lambda: recording(snapshots.pop(0)),
+            events=events,
+            control_dir=str(tmp_path / "none"),
+            restarts=1,
+            max_seconds=60,
+            clock=lambda: now[0],
+            log=logged.append,
+        )
+    assert (events.starts, events.stops) == (2, 1)
+    assert snapshots == ["2-plus-link-local"]  # one resync after the restart
+    assert "the event monitor died; restarting it (1 of 1)" in logged
+    # ip lists 192.168.100.10 first, but the resync kept the order the events made.
+    assert roce_gid.resolve(str(root), DEV0, "169.254.23.7") == 3
+    assert roce_gid.resolve(str(root), DEV0, "192.168.100.10") == 5
 
 
 def test_watch_survives_a_failing_ip(tmp_path: Path) -> None:
@@ -253,7 +396,12 @@ def test_watch_survives_a_failing_ip(tmp_path: Path) -> None:
         raise subprocess.CalledProcessError(1, ["ip"])
 
     rounds = rdma_sysfs.watch(
-        str(tmp_path), broken, control_dir=str(tmp_path / "none"), max_seconds=0, log=logged.append
+        str(tmp_path),
+        broken,
+        events=FakeEvents([[addr_line(RAIL0, RAIL0_ADDR)]], [0.0]),
+        control_dir=str(tmp_path / "none"),
+        max_seconds=0,
+        log=logged.append,
     )
     assert rounds == 1
     assert logged[0].startswith("sync failed:")
@@ -285,15 +433,112 @@ def test_the_script_runs_standalone_on_the_standard_library(tmp_path: Path) -> N
     assert roce_gid.resolve(str(tmp_path / "sys"), DEV0, "192.168.100.10") == 6
     assert not (tmp_path / "sys" / "class" / "infiniband" / DEV1).exists()
 
-    fake_ip = tmp_path / "ip"
-    fake_ip.write_text(f"#!/bin/sh\ncat {RECORDINGS / '2-plus-link-local.json'}\n")
-    fake_ip.chmod(0o755)
+    # The real `ip -o monitor` (host events for other netdevs are ignored), the snapshot recorded.
+    if shutil.which("ip") is None:
+        pytest.skip("no ip command")
+    args += ["--ip-json", str(RECORDINGS / "2-plus-link-local.json")]
     watched = subprocess.run(
-        [*args, "--watch", "--ip", str(fake_ip), "--interval", "0.1", "--max-seconds", "0.3"],
+        [*args, "--watch", "--interval", "0.1", "--max-seconds", "0.3"],
         capture_output=True,
         text=True,
         check=False,
-        timeout=30,
+        timeout=60,
     )
     assert (watched.returncode, watched.stderr) == (0, "")
     assert roce_gid.resolve(str(tmp_path / "sys"), DEV0, "169.254.23.7") == 8
+
+
+def test_the_script_gives_up_on_a_monitor_that_keeps_dying(tmp_path: Path) -> None:
+    quitter = shutil.which("true")
+    assert quitter is not None
+    result = subprocess.run(
+        [
+            *(sys.executable, "-I", str(SIM_PATH), "--watch", "--root", str(tmp_path / "sys")),
+            *("--control-dir", str(tmp_path / "none"), "--ip", quitter, "--restarts", "1"),
+            *("--ip-json", str(RECORDINGS / "1-rail-ipv4.json"), "--max-seconds", "60"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "the event monitor died; restarting it (1 of 1)" in result.stdout
+    assert result.stderr == "rdma_sysfs: the event monitor died 2 times; giving up\n"
+    assert roce_gid.resolve(str(tmp_path / "sys"), DEV0, "192.168.100.10") == 3
+
+
+# --------------------------------------------------------------------------------------------
+# Against a real kernel: a network namespace of the test's own
+# --------------------------------------------------------------------------------------------
+
+WAIT_S = 120.0  # generous: the machine is shared and loaded
+
+
+@pytest.fixture
+def netns() -> Iterator[Callable[..., list[str]]]:
+    """A user + network namespace held by a sleeping process; yields ``argv -> argv in it``.
+
+    The namespace (and the veth pair a test makes in it) goes when the holder is killed.
+    """
+    if shutil.which("unshare") is None or shutil.which("nsenter") is None:
+        pytest.skip("unshare/nsenter missing")
+    holder = subprocess.Popen(["unshare", "--user", "--map-root-user", "--net", "sleep", "3600"])
+    try:
+        own = os.readlink("/proc/self/ns/net")
+        deadline = time.monotonic() + WAIT_S
+        while holder.poll() is None:
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{holder.pid}/ns/net") != own:
+                    break
+            assert time.monotonic() < deadline, "unshare did not enter its namespace"
+            time.sleep(0.05)
+        if holder.poll() is not None:
+            pytest.skip("cannot create a user + network namespace here")
+        yield lambda *argv: ["nsenter", "-t", str(holder.pid), "-U", "-n", *argv]
+    finally:
+        holder.kill()
+        holder.wait(timeout=WAIT_S)
+
+
+def _wait_for_index(root: Path, dev: str, address: str) -> int:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            return roce_gid.resolve(str(root), dev, address)
+        except (roce_gid.RoceGidError, OSError):
+            assert time.monotonic() < deadline, f"{address} never reached the simulated table"
+            time.sleep(0.05)
+
+
+def test_a_fast_delete_add_readd_moves_the_entry_like_the_kernel(
+    tmp_path: Path, netns: Callable[..., list[str]]
+) -> None:
+    """One `sh -c` of del A; add B; add A, faster than any poll: A's entry moves to new slots."""
+
+    def run(script: str) -> None:
+        subprocess.run(netns("sh", "-c", script), check=True, timeout=WAIT_S)
+
+    run(
+        "ip link add rail0 type veth peer name peer0 && ip link set rail0 up && "
+        "ip link set peer0 up && ip addr add 10.77.0.1/24 dev rail0"
+    )
+    root = tmp_path / "sys"
+    argv = [sys.executable, "-I", str(SIM_PATH), "--watch", "--root", str(root)]
+    argv += ["--control-dir", str(tmp_path / "control"), "--map", "rail0=roce0"]
+    argv += ["--interval", "2", "--max-seconds", str(WAIT_S * 3)]
+    simulator = subprocess.Popen(netns(*argv), stdout=subprocess.PIPE, text=True)
+    try:
+        assert _wait_for_index(root, "roce0", "10.77.0.1") == 3
+        run(
+            "ip addr del 10.77.0.1/24 dev rail0; ip addr add 10.77.0.2/24 dev rail0; "
+            "ip addr add 10.77.0.1/24 dev rail0"
+        )
+        # B takes the slots A freed, A the next free ones, as the kernel's GID cache does.
+        assert _wait_for_index(root, "roce0", "10.77.0.2") == 3
+        assert _wait_for_index(root, "roce0", "10.77.0.1") == 5
+        assert sorted(populated(root, "roce0")) == [0, 1, 2, 3, 4, 5]
+    finally:
+        simulator.terminate()
+        out, _ = simulator.communicate(timeout=WAIT_S)
+    assert simulator.returncode == 0, out

@@ -3,7 +3,13 @@
 
 Test equipment. Lab nodes have veth rails and no RDMA device, so this keeps a fake sysfs tree
 (default /run/gx10-sim/sys) that the GID resolution reads with `sysfs_root` pointed at it. It
-follows the rails' IPv4 addresses (`ip -j addr show`) the way the kernel's RoCE GID cache does:
+follows the rails' IPv4 addresses the way the kernel's RoCE GID cache does: while watching it
+runs `ip -o monitor link address` (started before its first `ip -j addr show` snapshot, so no
+change is missed in between) and applies every address and link event on its own, in the order
+the kernel sent them, so a delete, an add and a re-add in quick succession move entries exactly
+as on a node. A monitor that dies is restarted (`--restarts`, default 5) with a full resync that
+never moves an entry that stays; then the watch exits 1 (systemd restarts it, and the tree, the
+kernel's memory, keeps every index).
 
 * `class/net/<netdev>/device/infiniband/<rdma_dev>/` maps a rail netdev to its RDMA device (on a
   real node `device` is the PCI function, which holds both), and `class/infiniband/<rdma_dev>/
@@ -20,10 +26,11 @@ follows the rails' IPv4 addresses (`ip -j addr show`) the way the kernel's RoCE 
 
 Fault switch: a shift N places this node's IPv4 entries from slot N on (v1 at N, v2 at N+1), like
 a table with stale slots in front. It comes from the control file `<control-dir>/shift` when that
-exists (re-read on every poll, so `echo 5 > /run/gx10-sim/rdma/shift` flips the fault on a running
-node), else from `--shift N`. While watching, a changed shift rebuilds the table, as a clean reboot
-does; so does creating `<control-dir>/reset` (the file is consumed), or `--reset`. A single `--once`
-run with a lower shift keeps the entries where they are, as the kernel would, unless `--reset`.
+exists (re-read every `--interval`, so `echo 5 > /run/gx10-sim/rdma/shift` flips the fault on a
+running node), else from `--shift N`. While watching, a changed shift rebuilds the table, as a
+clean reboot does; so does creating `<control-dir>/reset` (the file is consumed), or `--reset`. A
+single `--once` run with a lower shift keeps the entries where they are, as the kernel would,
+unless `--reset`.
 
 Only IPv4 addresses are simulated: the rails run IPv4 with link-local IPv6 off.
 
@@ -32,7 +39,7 @@ systemd service, with nothing beyond the standard library.
 
 Usage:
   rdma_sysfs.py --once [--root DIR] [--map NETDEV=RDMADEV ...] [--shift N] [--reset]
-  rdma_sysfs.py --watch [--interval 0.5] [--max-seconds S] [--control-dir DIR] ...
+  rdma_sysfs.py --watch [--interval 0.5] [--restarts 5] [--max-seconds S] [--control-dir DIR] ...
   rdma_sysfs.py --once --ip-json FILE   (a recorded `ip -j addr show` instead of running ip)
 """
 
@@ -43,6 +50,8 @@ import contextlib
 import ipaddress
 import json
 import os
+import re
+import select
 import shutil
 import signal
 import subprocess
@@ -51,6 +60,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
+from typing import Protocol
 
 DEFAULT_ROOT = "/run/gx10-sim/sys"
 DEFAULT_CONTROL_DIR = "/run/gx10-sim/rdma"
@@ -291,9 +301,9 @@ def _describe(old: Mapping[int, Slot], new: Mapping[int, Slot]) -> list[str]:
     return changes
 
 
-def sync(
+def sync_links(
     root: str,
-    ip_addr_json: str,
+    links: Mapping[str, Link],
     mapping: Mapping[str, str] | None = None,
     shift: int = 0,
     *,
@@ -301,13 +311,12 @@ def sync(
     table_size: int = TABLE_SIZE,
     log: Log | None = None,
 ) -> dict[str, dict[int, Slot]]:
-    """Bring the tree under ``root`` up to date with ``ip -j addr show`` output.
+    """Bring the tree under ``root`` up to date with ``links`` ({netdev: Link}).
 
     ``mapping`` is {netdev: rdma_dev} (default: the GB10's two twins). The current tree is the
     kernel's memory: entries that stay keep their slots. ``reset`` starts from empty tables (a
     clean reboot). Returns {rdma_dev: table} for the devices whose netdev exists.
     """
-    links = parse_ip_addr(ip_addr_json)
     tables: dict[str, dict[int, Slot]] = {}
     for netdev, rdma_dev in (mapping or DEFAULT_MAPPING).items():
         link = links.get(netdev)
@@ -324,6 +333,214 @@ def sync(
             log(f"{rdma_dev} ({netdev}): {', '.join(changes) or 'unchanged'}")
         tables[rdma_dev] = table
     return tables
+
+
+def sync(
+    root: str,
+    ip_addr_json: str,
+    mapping: Mapping[str, str] | None = None,
+    shift: int = 0,
+    *,
+    reset: bool = False,
+    table_size: int = TABLE_SIZE,
+    log: Log | None = None,
+) -> dict[str, dict[int, Slot]]:
+    """Bring the tree under ``root`` up to date with ``ip -j addr show`` output (a full resync).
+
+    Entries of addresses that are still there never move; see `sync_links`.
+    """
+    return sync_links(
+        root,
+        parse_ip_addr(ip_addr_json),
+        mapping,
+        shift,
+        reset=reset,
+        table_size=table_size,
+        log=log,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Address and link events, in the order the kernel sent them
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Event:
+    """One line of `ip -o monitor link address`: an IPv4 address or a link came or went."""
+
+    netdev: str
+    deleted: bool
+    ipv4: str | None = None  # an address event; None: a link event
+    operstate: str | None = None
+    mac: str | None = None
+
+
+_EVENT = re.compile(r"^(?P<deleted>Deleted\s+)?\d+:\s+(?P<name>[^\s:@]+)(?P<rest>.*)$")
+_INET = re.compile(r"^\s+inet\s+(?P<address>[0-9.]+)[/\s]")
+_LINK = re.compile(r"^(@\S*)?:\s+<")
+_STATE = re.compile(r"\sstate\s+(\S+)")
+_ETHER = re.compile(r"\slink/ether\s+([0-9a-fA-F:]{17})")
+
+
+def parse_event(line: str) -> Event | None:
+    """A monitor line -> Event; None for what the GID cache ignores (IPv6, routes, garbage).
+
+    Accepts the ``[ADDR]``/``[LINK]`` prefixes and timestamps ip adds with some options.
+    """
+    text = line.rstrip("\n")
+    while text.startswith(("[", "Timestamp:")):
+        if text.startswith("Timestamp:"):
+            return None  # the timestamp has a line of its own; the event is the next line
+        end = text.find("]")
+        if end < 0:
+            return None
+        text = text[end + 1 :].lstrip()
+    match = _EVENT.match(text)
+    if match is None:
+        return None
+    name, rest, deleted = match["name"], match["rest"], bool(match["deleted"])
+    inet = _INET.match(rest)
+    if inet is not None:
+        try:
+            address = str(ipaddress.IPv4Address(inet["address"]))
+        except ValueError:
+            return None
+        return Event(name, deleted, ipv4=address)
+    if _LINK.match(rest) is None:
+        return None
+    state = _STATE.search(rest)
+    ether = _ETHER.search(rest)
+    return Event(
+        name,
+        deleted,
+        operstate=state[1] if state else None,
+        mac=ether[1].lower() if ether else None,
+    )
+
+
+def apply_event(links: dict[str, Link], event: Event) -> None:
+    """Update ``links`` ({netdev: Link}, the addresses in the order they came) with one event."""
+    if event.ipv4 is None and event.deleted:
+        links.pop(event.netdev, None)
+        return
+    link = links.get(event.netdev)
+    if link is None:
+        link = links[event.netdev] = Link(event.netdev, None, "UNKNOWN")
+    if event.ipv4 is None:
+        if event.mac:
+            link.mac = event.mac
+        if event.operstate:
+            link.operstate = event.operstate
+    elif event.deleted:
+        if event.ipv4 in link.ipv4:
+            link.ipv4.remove(event.ipv4)
+    elif event.ipv4 not in link.ipv4:
+        link.ipv4.append(event.ipv4)
+
+
+class EventSource(Protocol):
+    """Where the watcher gets its events: `Monitor`, or a fake in tests."""
+
+    def start(self) -> None: ...
+
+    def read(self, timeout: float) -> list[str] | None:
+        """The lines that came within ``timeout`` seconds ([] if none); None once it has died."""
+
+    def stop(self) -> None: ...
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for name in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{name}")
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:[") : -1])
+    return inodes
+
+
+def subscribed(pid: int, netlink_table: str = "/proc/net/netlink") -> bool:
+    """Whether process ``pid`` holds a rtnetlink socket bound to multicast groups."""
+    inodes = _socket_inodes(pid)
+    if not inodes:
+        return False
+    try:
+        with open(netlink_table, encoding="ascii") as handle:
+            rows = handle.read().splitlines()[1:]
+    except OSError:
+        return False
+    for row in rows:
+        cols = row.split()
+        # sk Eth Pid Groups Rmem Wmem Dump Locks Drops Inode
+        if len(cols) >= 10 and cols[1] == "0" and int(cols[3], 16) and cols[9] in inodes:
+            return True
+    return False
+
+
+class Monitor:
+    """``ip -o monitor link address`` as a child process, its lines read as they come."""
+
+    def __init__(
+        self,
+        ip: str = "ip",
+        *,
+        ready_timeout: float = 5.0,
+        log: Log | None = None,
+    ) -> None:
+        self.argv = [ip, "-o", "monitor", "link", "address"]
+        self.ready_timeout = ready_timeout
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._buffer = b""
+
+    def start(self) -> None:
+        """Start ip and wait (bounded) until it listens, so the snapshot after misses nothing."""
+        self.stop()
+        self._buffer = b""
+        self.proc = subprocess.Popen(
+            self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=None
+        )
+        os.set_blocking(self.proc.stdout.fileno(), False)  # type: ignore[union-attr]
+        deadline = time.monotonic() + self.ready_timeout
+        while self.proc.poll() is None and not subscribed(self.proc.pid):
+            if time.monotonic() > deadline:
+                if self.log:
+                    self.log(f"{' '.join(self.argv)}: not seen listening, going on")
+                break
+            time.sleep(0.01)
+
+    def read(self, timeout: float) -> list[str] | None:
+        if self.proc is None or self.proc.stdout is None:
+            return None
+        stream = self.proc.stdout
+        ready, _, _ = select.select([stream], [], [], max(0.0, timeout))
+        if not ready:
+            return []
+        chunk = b""
+        with contextlib.suppress(BlockingIOError):
+            chunk = os.read(stream.fileno(), 65536)
+        if not chunk:
+            self.stop()
+            return None  # end of file: ip has exited
+        self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        return [line.decode("utf-8", "replace") for line in lines]
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -355,47 +572,121 @@ def watch(
     mapping: Mapping[str, str] | None = None,
     shift: int = 0,
     *,
+    events: EventSource,
     reset: bool = False,
     control_dir: str = DEFAULT_CONTROL_DIR,
     interval: float = 0.5,
     max_seconds: float | None = None,
+    restarts: int = 5,
     table_size: int = TABLE_SIZE,
     log: Log | None = None,
     clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
     stop: Callable[[], bool] = lambda: False,
 ) -> int:
-    """Poll ``read_ip`` and sync until ``max_seconds`` pass or ``stop()``; returns the rounds.
+    """Follow ``events`` in order until ``max_seconds`` pass or ``stop()``; returns the rounds.
 
-    The shift is re-read from ``<control_dir>/shift`` every round (``shift`` when absent); a
-    changed shift, or a ``<control_dir>/reset`` file (consumed), rebuilds the tables. ``reset``
-    rebuilds them in the first round.
+    The event source starts before the snapshot (``read_ip``), so nothing is lost between the two;
+    then every address or link event is applied on its own, in the order it came, as the kernel's
+    GID cache does: a removed address frees its slots at once and the next address takes the
+    first free ones. If the source dies it is restarted, at most ``restarts`` times, each time
+    followed by a full resync, which never moves an entry that stays; after that the watch gives
+    up and raises `MonitorDied`.
+
+    A round waits at most ``interval`` for events. The shift is re-read from
+    ``<control_dir>/shift`` every round (``shift`` when absent); a changed shift, or a
+    ``<control_dir>/reset`` file (consumed), rebuilds the tables. ``reset`` rebuilds them first.
     """
+    netdevs = dict(mapping or DEFAULT_MAPPING)
     start = clock()
+    links: dict[str, Link] | None = None
     applied: int | None = None
     rounds = 0
-    while not stop():
-        wanted = read_shift(control_dir, shift)
-        rebuild = take_reset(control_dir) or (applied is not None and wanted != applied)
+    died = 0
+
+    def resync(wanted: int, rebuild: bool) -> dict[str, Link] | None:
         try:
-            sync(
-                root,
-                read_ip(),
-                mapping,
-                wanted,
-                reset=rebuild or (reset and applied is None),
-                table_size=table_size,
-                log=log,
+            snapshot = parse_ip_addr(read_ip())
+            sync_links(
+                root, snapshot, netdevs, wanted, reset=rebuild, table_size=table_size, log=log
             )
-            applied = wanted
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             if log:
                 log(f"sync failed: {exc}")
-        rounds += 1
-        if max_seconds is not None and clock() - start + interval > max_seconds:
-            break
-        sleep(interval)
+            return None
+        return snapshot
+
+    events.start()
+    try:
+        while not stop():
+            wanted = read_shift(control_dir, shift)
+            rebuild = take_reset(control_dir) or (applied is not None and wanted != applied)
+            if links is None:
+                links = resync(wanted, rebuild or (reset and applied is None))
+                applied = wanted
+            elif rebuild:
+                sync_links(root, links, netdevs, wanted, reset=True, table_size=table_size, log=log)
+                applied = wanted
+            lines = events.read(interval)
+            if lines is None:
+                if died >= restarts:
+                    raise MonitorDied(f"the event monitor died {died + 1} times; giving up")
+                died += 1
+                if log:
+                    log(f"the event monitor died; restarting it ({died} of {restarts})")
+                events.start()
+                links = None  # the next round resyncs, after the monitor listens again
+            elif links is not None:
+                _apply_lines(
+                    root,
+                    links,
+                    lines,
+                    netdevs=netdevs,
+                    shift=applied,
+                    table_size=table_size,
+                    log=log,
+                )
+            rounds += 1
+            if max_seconds is not None and clock() - start >= max_seconds:
+                break
+    finally:
+        events.stop()
     return rounds
+
+
+def _apply_lines(
+    root: str,
+    links: dict[str, Link],
+    lines: Iterable[str],
+    *,
+    netdevs: Mapping[str, str],
+    shift: int | None,
+    table_size: int,
+    log: Log | None,
+) -> None:
+    """Apply monitor lines one by one, each event synced before the next is looked at."""
+    for line in lines:
+        event = parse_event(line)
+        if event is None:
+            continue
+        apply_event(links, event)
+        if event.netdev not in netdevs:
+            continue
+        try:
+            sync_links(
+                root,
+                links,
+                {event.netdev: netdevs[event.netdev]},
+                shift or 0,
+                table_size=table_size,
+                log=log,
+            )
+        except (OSError, ValueError) as exc:
+            if log:
+                log(f"sync failed: {exc}")
+
+
+class MonitorDied(RuntimeError):
+    """The event monitor kept dying."""
 
 
 def run_ip(ip: str = "ip") -> str:
@@ -422,7 +713,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     when = parser.add_mutually_exclusive_group(required=True)
     when.add_argument("--once", action="store_true", help="sync once and exit")
-    when.add_argument("--watch", action="store_true", help="poll `ip -j addr` and keep in sync")
+    when.add_argument(
+        "--watch", action="store_true", help="follow `ip -o monitor` events and keep in sync"
+    )
     parser.add_argument("--root", default=DEFAULT_ROOT, help=f"tree root (default {DEFAULT_ROOT})")
     parser.add_argument(
         "--map",
@@ -433,7 +726,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--shift", type=int, default=0, help="first slot of the IPv4 entries")
     parser.add_argument("--reset", action="store_true", help="rebuild the tables (a reboot)")
     parser.add_argument("--control-dir", default=DEFAULT_CONTROL_DIR, help="shift/reset files")
-    parser.add_argument("--interval", type=float, default=0.5, help="seconds between polls")
+    parser.add_argument(
+        "--interval", type=float, default=0.5, help="seconds between looks at the control files"
+    )
+    parser.add_argument(
+        "--restarts", type=int, default=5, help="times the event monitor is restarted if it dies"
+    )
     parser.add_argument("--max-seconds", type=float, default=None, help="stop watching after")
     parser.add_argument("--table-size", type=int, default=TABLE_SIZE, help="GID table slots")
     parser.add_argument("--ip", default="ip", help="the ip command")
@@ -478,19 +776,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    watch(
-        args.root,
-        read_ip,
-        mapping,
-        args.shift,
-        reset=args.reset,
-        control_dir=args.control_dir,
-        interval=args.interval,
-        max_seconds=args.max_seconds,
-        table_size=args.table_size,
-        log=log,
-        stop=lambda: stopping,
-    )
+    try:
+        watch(
+            args.root,
+            read_ip,
+            mapping,
+            args.shift,
+            events=Monitor(args.ip, log=log),
+            reset=args.reset,
+            control_dir=args.control_dir,
+            interval=args.interval,
+            max_seconds=args.max_seconds,
+            restarts=args.restarts,
+            table_size=args.table_size,
+            log=log,
+            stop=lambda: stopping,
+        )
+    except (MonitorDied, OSError) as exc:
+        print(f"rdma_sysfs: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
