@@ -142,13 +142,18 @@ def bandwidth_verdict(
 # --- the rails as the tools take them -------------------------------------------------------
 
 
-def gid_rails(rails: Sequence[Rail], rdma_devices: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The rails as roce_gid_info takes them: netdev, address, and rdma_dev where one is named."""
+def gid_rails(
+    rails: Sequence[Rail], rdma_devices: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """The rails as roce_gid_info takes them: netdev, address, and rdma_dev where one is named:
+    by ``rdma_devices`` (a role's override), else by the plan's rail (gx10_rdma_devices)."""
+    overrides = rdma_devices or {}
     out: list[dict[str, Any]] = []
     for rail in rails:
         entry: dict[str, Any] = {"netdev": rail["netdev"], "address": rail["address"]}
-        if rail["netdev"] in rdma_devices:
-            entry["rdma_dev"] = rdma_devices[rail["netdev"]]
+        device = overrides.get(rail["netdev"], rail.get("rdma_dev"))
+        if device is not None:
+            entry["rdma_dev"] = device
         out.append(entry)
     return out
 
@@ -360,10 +365,10 @@ def link_checks(
     ``[rail, peer]``)."""
     peer_netdevs = peer_netdevs or {}
     planned = int(mtu)
-    payload = ping_payload(planned)
     checks: list[Check] = []
     for rail in rails:
         netdev = rail["netdev"]
+        payload = int(rail.get("ping_payload") or ping_payload(planned))
         state: Mapping[str, Any] = netdevs.get(netdev) or {"present": False}
         present = state.get("present")
         ends = _ends(host, rail)

@@ -42,14 +42,12 @@ OUTPUTS = (
     "__fabric_not_checked",
     "__fabric_link_checks",
     "__fabric_bandwidth_checks",
-    "__fabric_ping_payload",
 )
 # A worker's: its own rails (the bandwidth runs and checks are the head's).
 WORKER_OUTPUTS = (
     "__fabric_gid_rails",
     "__fabric_not_checked",
     "__fabric_link_checks",
-    "__fabric_ping_payload",
 )
 
 
@@ -61,7 +59,10 @@ def _git_show(rev: str, path: str) -> str:
     ).stdout
 
 
-def _plan(hosts: list[str], rails: int, mtu: int = 9000) -> dict[str, Any]:
+def _plan(
+    hosts: list[str], rails: int, mtu: int = 9000, rdma: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """As cluster_plan builds it (rdma_dev from gx10_rdma_devices, ``rdma``, on every host)."""
     plan_hosts: dict[str, Any] = {}
     for i, host in enumerate(hosts):
         plan_hosts[host] = {
@@ -76,6 +77,8 @@ def _plan(hosts: list[str], rails: int, mtu: int = 9000) -> dict[str, Any]:
                         for j, other in enumerate(hosts)
                         if other != host
                     },
+                    "rdma_dev": (rdma or {}).get(NETDEVS[r]),
+                    "ping_payload": mtu - 28,
                 }
                 for r in range(rails)
             ]
@@ -226,7 +229,7 @@ def _scenario(
     per_host: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     hosts = [f"{name}-{h}" for h in hosts]
-    plan = _plan(hosts, rails, mtu)
+    plan = _plan(hosts, rails, mtu, (host_vars or {}).get("gx10_rdma_devices"))
     links = links or {}
     per_host = per_host or {}
     inv: dict[str, Any] = {}
@@ -412,6 +415,15 @@ def scenarios() -> dict[str, Any]:
                 "fabric_degraded_band_gbps": [0.1, 0.5],
             },
             per_host={"a": {"__fabric_measurements": _full("veth-b", [[0.3, 4.0]], [])}},
+        )
+    )
+    # gx10_rdma_devices: the plan's rails carry it (the Jinja read it through fabric_rdma_devices).
+    inv.update(
+        _scenario(
+            "plandev",
+            ["a", "b"],
+            host_vars={"gx10_rdma_devices": {NETDEVS[0]: "rocep1s0f0"}},
+            per_host={"a": {"__fabric_tool": {"rc": 0}}},
         )
     )
     inv.update(_scenario("nomeas", ["a", "b"], host_vars=iperf, links={"a": {}}))

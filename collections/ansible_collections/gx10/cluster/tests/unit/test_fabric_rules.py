@@ -83,7 +83,6 @@ def test_link_judgments_match_the_recorded_jinja(host: str) -> None:
         v["fabric_min_pcie_width"],
     )
     assert checks == out["__fabric_link_checks"]
-    assert rules.ping_payload(v["gx10_plan"]["mtu"]) == int(out["__fabric_ping_payload"])
 
 
 @pytest.mark.parametrize("host", sorted(h for h in SCENARIOS if _is_head(h)))
@@ -376,3 +375,32 @@ def test_the_role_renders_what_the_jinja_did(tmp_path: Path) -> None:
                 assert got == recorded, (host, name)
     assert now["measure"] == RECORDED["measure"]
     assert now["again"] == RECORDED["again"]
+
+
+def test_gid_rails_take_the_plans_rdma_device_unless_a_role_overrides_it() -> None:
+    planned = [
+        {**RAILS2[0], "rdma_dev": "rocep1s0f0"},
+        {**RAILS2[1], "rdma_dev": None},
+    ]
+    assert rules.gid_rails(planned) == [
+        {"netdev": "n0", "address": "10.0.0.1", "rdma_dev": "rocep1s0f0"},
+        {"netdev": "n1", "address": "10.0.1.1"},
+    ]
+    assert rules.gid_rails(planned, {"n1": "roceP2p1s0f0", "n0": "mlx5_0"}) == [
+        {"netdev": "n0", "address": "10.0.0.1", "rdma_dev": "mlx5_0"},
+        {"netdev": "n1", "address": "10.0.1.1", "rdma_dev": "roceP2p1s0f0"},
+    ]
+
+
+def test_the_ping_payload_is_the_plans() -> None:
+    checks = rules.link_checks(
+        "a",
+        [{**RAIL, "ping_payload": 1472}],
+        {RAIL["netdev"]: GOOD},
+        mtu=1500,
+        ping=[{"item": [RAIL, "b"], "rc": 0, "stdout_lines": ["ok"]}],
+    )
+    assert _check(checks, "192.168.101.11")["name"].endswith(
+        "no-fragment 1472-byte ping a -> b 192.168.101.11"
+    )
+    assert rules.ping_payload(9000) == 8972
