@@ -188,7 +188,8 @@ def bandwidth_runs(
                     "rail": rail["name"],
                     "netdev": rail["netdev"],
                     "worker": worker,
-                    "server_ip": rail["peers"][worker],
+                    # None in a worker's own view (only the head runs them).
+                    "server_ip": rail["peers"].get(worker),
                     "client_ip": rail["address"],
                     "port": int(port) + index,
                     "server_rdma_dev": server.get("rdma_dev"),

@@ -404,3 +404,11 @@ def test_the_ping_payload_is_the_plans() -> None:
         "no-fragment 1472-byte ping a -> b 192.168.101.11"
     )
     assert rules.ping_payload(9000) == 8972
+
+
+def test_a_workers_own_view_of_the_runs_does_not_fail() -> None:
+    """Every node templates the include loop before its `when` (head only) is evaluated: on a
+    worker its own name has no peer address (the lab failed here with KeyError 'b')."""
+    worker_view = [{**RAILS2[0], "peers": {"a": "10.0.0.1"}}]
+    runs = rules.bandwidth_runs(worker_view, ["b"], tool="iperf3", iperf3_reverse=False, port=1)
+    assert runs[0]["pairs"][0]["server_ip"] is None
