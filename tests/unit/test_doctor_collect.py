@@ -531,3 +531,10 @@ def test_the_clock_tools_record_is_exact() -> None:
     )
     assert c._clock_record(show(2000, rc=127)) == (False, None, None)
     assert c._clock_record({"rc": 0, "stdout": "not json"}) == (False, None, None)
+
+
+def test_the_pcie_width_threshold_is_read_from_the_evidence(tmp_path: Path) -> None:
+    raw = raw_node(tmp_path, "gx10-b")
+    assert c.parse_evidence("gx10-b", raw).pcie_min_width is None
+    raw["pcie_thresholds"] = {"min_width": "2"}
+    assert c.parse_evidence("gx10-b", raw).pcie_min_width == 2

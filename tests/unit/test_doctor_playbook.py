@@ -153,3 +153,13 @@ def test_unreachable_worker_does_not_hide_the_head(lab: Path) -> None:
     assert worker.problems
     found = {(f.code, f.node) for f in diagnose(evidences, plan)}
     assert (r.NODE_UNREACHABLE, "gx10-b") in found
+
+
+def test_the_inventorys_pcie_width_threshold_is_the_fabric_roles(lab: Path) -> None:
+    """fabric_min_pcie_width judges doctor's PCIe links as it does the fabric role's (the doctor
+    used a fixed x4 before)."""
+    evidences, plan, result = collect(inventory(lab, fabric_min_pcie_width=2))
+    assert result.ok, result.to_dict()
+    found = {(f.code, f.node) for f in diagnose(evidences, plan)}
+    assert (r.PCIE_WIDTH_LOW, "gx10-b") not in found
+    assert [ev.pcie_min_width for ev in evidences] == [4, 2]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from rich.console import Console
 
 from gx10.doctor import (
@@ -434,3 +435,26 @@ def test_a_benchmark_session_is_named_not_blamed(tables: Any, plan: Any) -> None
     assert len(found) == 1
     assert "a benchmark holds the GPU clock at 2800 MHz" in found[0].summary
     assert "gx10 bench me@ctl (pid 42)" in found[0].evidence
+
+
+def test_pcie_width_is_judged_by_the_inventorys_threshold(tables: Any, plan: Any) -> None:
+    """The fabric role's fabric_min_pcie_width, as the evidence carries it; x4 when absent."""
+    x2 = rail(tables, "gx10-b", 1, pcie_width=2)
+    assert (r.PCIE_WIDTH_LOW, "gx10-b") in codes(
+        diagnose(cluster(tables, "gx10-b", rails=x2), plan)
+    )
+    allowed = cluster(tables, "gx10-b", rails=x2, pcie_min_width=2)
+    assert (r.PCIE_WIDTH_LOW, "gx10-b") not in codes(diagnose(allowed, plan))
+    x4 = cluster(tables, "gx10-b", pcie_min_width=8)
+    finding = next(f for f in diagnose(x4, plan) if f.code == r.PCIE_WIDTH_LOW)
+    assert "below x8" in finding.summary
+
+
+def test_doctor_and_the_fabric_role_share_the_thresholds() -> None:
+    fabric = module_utils("fabric_rules")
+    defaults = yaml.safe_load((ROOT / "roles" / "fabric" / "defaults" / "main.yml").read_text())
+    assert defaults["fabric_min_pcie_width"] == fabric.MIN_PCIE_WIDTH
+    assert defaults["fabric_min_rail_gbps"] == fabric.PER_RAIL_MIN_GBPS
+    assert defaults["fabric_min_total_gbps"] == fabric.MIN_TOTAL_GBPS
+    assert list(fabric.DEGRADED_BAND_GBPS) == defaults["fabric_degraded_band_gbps"]
+    assert defaults["fabric_min_link_speed_mbps"] == fabric.MIN_LINK_SPEED_MBPS

@@ -202,6 +202,7 @@ def parse_evidence(node: str, raw: Mapping[str, Any] | None) -> Evidence:
         bandwidth_degraded_band=_band(
             _section(raw, "bandwidth_thresholds").get("degraded_band_gbps")
         ),
+        pcie_min_width=_int(_section(raw, "pcie_thresholds").get("min_width")),
         sm_clock_cap_mhz=cap,
         sm_clock_policy_mhz=_int(raw.get("sm_clock_policy_mhz")),
         sm_clock_cap_recorded=recorded,

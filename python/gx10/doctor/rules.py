@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from types import ModuleType
 from typing import Any, Literal, cast
 
 from gx10.doctor._collection import module_utils
@@ -18,7 +19,6 @@ from gx10.doctor._collection import module_utils
 Severity = Literal["error", "warning"]
 CLUSTER = "cluster"  # Finding.node of a finding about the cluster as a whole
 ROCE_V2 = "RoCE v2"
-MIN_PCIE_WIDTH = 4
 
 # The codes, one per known fault; the CLI and tests refer to them.
 NODE_UNREACHABLE = "NODE_UNREACHABLE"
@@ -101,9 +101,11 @@ class Evidence:
     containers: tuple[ContainerEvidence, ...] = ()
     bandwidth_gbps: Mapping[str, float] = field(default_factory=dict)  # netdev -> Gb/s
     # What the bandwidth is judged by (the inventory's fabric_min_rail_gbps and
-    # fabric_degraded_band_gbps); None: fabric_parse's defaults (80, 8-25 Gb/s).
+    # fabric_degraded_band_gbps); None: fabric_rules' defaults (80, 8-25 Gb/s).
     bandwidth_min_gbps: float | None = None
     bandwidth_degraded_band: tuple[float, float] | None = None
+    # The least PCIe link width (the inventory's fabric_min_pcie_width); None: fabric_rules' x4.
+    pcie_min_width: int | None = None
     sm_clock_cap_mhz: int | None = None  # locked SM clock now; None: not locked
     sm_clock_policy_mhz: int | None = None  # the cap the policy wants; None: no cap
     # The cap as gx10-gpu-clock recorded it (exact), rather than read off a loaded GPU's clock
@@ -147,6 +149,12 @@ def has_errors(findings: Iterable[Finding]) -> bool:
 
 
 # --- helpers ---------------------------------------------------------------------------------
+
+
+def _fabric() -> ModuleType:
+    """The fabric judgments (thresholds, verdicts, remedies): the fabric role's, in the
+    collection's module_utils/fabric_rules.py, one source for both."""
+    return module_utils("fabric_rules")
 
 
 def _reachable(evidences: Sequence[Evidence]) -> list[Evidence]:
@@ -362,7 +370,7 @@ def rule_pinned_literal(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Ite
 
 
 def rule_bandwidth(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
-    fabric = module_utils("fabric_parse")
+    fabric = _fabric()
     classify = cast(Callable[[float, float, tuple[float, float]], str], fabric.classify_bandwidth)
     for ev in _reachable(evs):
         minimum = ev.bandwidth_min_gbps
@@ -394,15 +402,20 @@ def rule_bandwidth(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable
 
 
 def rule_pcie_width(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    fabric = _fabric()
+    wide_enough = cast(Callable[[int, int], bool], fabric.pcie_width_ok)
     for ev in _reachable(evs):
+        minimum = ev.pcie_min_width
+        if minimum is None:
+            minimum = cast(int, fabric.MIN_PCIE_WIDTH)
         for rail in ev.rails:
-            if rail.pcie_width is not None and rail.pcie_width < MIN_PCIE_WIDTH:
+            if rail.pcie_width is not None and not wide_enough(rail.pcie_width, minimum):
                 yield Finding(
                     PCIE_WIDTH_LOW,
                     "error",
                     ev.node,
                     f"the CX-7 function of {rail.netdev} negotiated PCIe x{rail.pcie_width}, "
-                    f"below x{MIN_PCIE_WIDTH}",
+                    f"below x{minimum}",
                     f"{rail.netdev}: current_link_width {rail.pcie_width}"
                     + (f", current_link_speed {rail.pcie_speed}" if rail.pcie_speed else ""),
                     "early GX10 BIOS trains the second twin at Gen5 x2: update the BIOS, then "
@@ -412,6 +425,7 @@ def rule_pcie_width(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterabl
 
 def rule_mtu(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
     want = plan.get("mtu")
+    planned = cast(Callable[[int | None, int], bool], _fabric().mtu_ok)
     reachable = _reachable(evs)
     for ev in reachable:
         for rail in ev.rails:
@@ -429,7 +443,10 @@ def rule_mtu(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Findi
             }
             # Against the plan when it has an MTU (then only the wrong end is reported), else
             # between the ends of the rail.
-            wrong = rail.mtu != want if want is not None else bool(peer_mtus - {None, rail.mtu})
+            if want is not None:
+                wrong = not planned(rail.mtu, int(want))
+            else:
+                wrong = bool(peer_mtus - {None, rail.mtu})
             if wrong:
                 yield Finding(
                     MTU_MISMATCH,

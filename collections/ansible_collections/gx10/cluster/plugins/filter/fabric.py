@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Filters gx10.cluster.fabric_iperf3, fabric_ib_write_bw and fabric_verdict: bandwidth checks.
+"""The gx10.cluster fabric filters: parse the bandwidth tools, and the fabric role's judgments.
 
-Documented in fabric_iperf3.yml, fabric_ib_write_bw.yml and fabric_verdict.yml next to this file;
-the parsing and the judgement are in module_utils/fabric_parse.py.
+Documented in the fabric_*.yml files next to this file. The parsing is in
+module_utils/fabric_parse.py, the judgments in module_utils/fabric_rules.py (pure Python, shared
+with gx10 doctor); these filters only adapt Ansible's data (hostvars, registered results).
 
 The two parse filters never fail on what a tool printed: a run that produced no result (refused
 connection, a tool error, empty output) gives ``ok: false`` with the reason in ``error``, so a
@@ -11,18 +12,21 @@ check can report it with the rail and both ends named instead of a templating er
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gx10.cluster.plugins.module_utils import fabric_rules
 from ansible_collections.gx10.cluster.plugins.module_utils.fabric_parse import (
-    DEGRADED_BAND_GBPS,
-    PER_RAIL_MIN_GBPS,
     FabricParseError,
-    bandwidth_verdict,
     parse_ib_write_bw,
     parse_iperf3_json,
+)
+from ansible_collections.gx10.cluster.plugins.module_utils.fabric_rules import (
+    DEGRADED_BAND_GBPS,
+    PER_RAIL_MIN_GBPS,
+    bandwidth_verdict,
 )
 
 
@@ -94,6 +98,178 @@ def fabric_verdict(
     )
 
 
+def _hostvar(hostvars: Any, host: str, name: str) -> Any:
+    """hostvars[host][name], or None where the host or the variable is not there."""
+    try:
+        host_vars = hostvars[host]
+    except KeyError:
+        return None
+    if not isinstance(host_vars, Mapping):  # Ansible's marker for an unknown host
+        return None
+    try:
+        return host_vars[name]
+    except KeyError:
+        return None
+
+
+def _registered(hostvars: Any, host: str, name: str, key: str, default: Any) -> Any:
+    """hostvars[host][name][key] of a registered result (absent or skipped: ``default``)."""
+    result = _hostvar(hostvars, host, name)
+    if not isinstance(result, Mapping) or result.get(key) is None:
+        return default
+    return result[key]
+
+
+def _list(value: Any, what: str, name: str) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
+        raise AnsibleFilterError(f"gx10.cluster.{name}: {what} must be a list, got {value!r}")
+    return list(value)
+
+
+def _mapping(value: Any, what: str, name: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise AnsibleFilterError(f"gx10.cluster.{name}: {what} must be a mapping, got {value!r}")
+    return value
+
+
+def fabric_gid_rails(rails: Any, rdma_devices: Any = None) -> list[dict[str, Any]]:
+    """rails | gx10.cluster.fabric_gid_rails(rdma_devices): the rails for roce_gid_info."""
+    return fabric_rules.gid_rails(
+        _list(rails, "the rails", "fabric_gid_rails"),
+        _mapping(rdma_devices, "rdma_devices", "fabric_gid_rails"),
+    )
+
+
+def fabric_runs(  # noqa: PLR0917 (Jinja passes filter arguments by position)
+    rails: Any,
+    workers: Any,
+    hostvars: Any,
+    head: str,
+    tool: str,
+    iperf3_reverse: Any = True,
+    port: Any = 18515,
+) -> list[dict[str, Any]]:
+    """rails | gx10.cluster.fabric_runs(workers, hostvars, head, tool, reverse, port): the runs."""
+    names = [str(w) for w in _list(workers, "workers", "fabric_runs")]
+    return fabric_rules.bandwidth_runs(
+        _list(rails, "the rails", "fabric_runs"),
+        names,
+        tool=str(tool),
+        iperf3_reverse=bool(iperf3_reverse),
+        port=int(port),
+        client_gid=_list(_registered(hostvars, head, "__fabric_gid", "rails", []), "rails", "x"),
+        server_gid={
+            w: _list(_registered(hostvars, w, "__fabric_gid", "rails", []), "rails", "x")
+            for w in names
+        },
+    )
+
+
+def _parse(tool: str, stdout: Any) -> dict[str, Any]:
+    return fabric_iperf3(stdout) if tool == "iperf3" else fabric_ib_write_bw(stdout)
+
+
+def fabric_merge_measurements(
+    measurements: Any, run: Any, done: Any, tool: str
+) -> list[dict[str, Any]]:
+    """measurements | gx10.cluster.fabric_merge_measurements(run, done_results, tool)."""
+    name = "fabric_merge_measurements"
+    clients = _list(done, "the clients' results", name)
+    parsed = [_parse(str(tool), client.get("stdout", "")) for client in clients]
+    new = fabric_rules.run_measurements(_mapping(run, "the run", name), clients, parsed)
+    return fabric_rules.merge_measurements(
+        _list(measurements, "the measurements", name), _mapping(run, "the run", name), new
+    )
+
+
+def fabric_runs_without_result(runs: Any, measurements: Any) -> list[dict[str, Any]]:
+    """runs | gx10.cluster.fabric_runs_without_result(measurements): the runs to repeat once."""
+    name = "fabric_runs_without_result"
+    return fabric_rules.runs_without_result(
+        _list(runs, "the runs", name), _list(measurements, "the measurements", name)
+    )
+
+
+def fabric_bandwidth(measurements: Any, workers: Any, rails: Any) -> dict[str, Any]:
+    """measurements | gx10.cluster.fabric_bandwidth(workers, rails): {per_rail, total}."""
+    name = "fabric_bandwidth"
+    return fabric_rules.fold_bandwidth(
+        _list(measurements, "the measurements", name),
+        [str(w) for w in _list(workers, "workers", name)],
+        _list(rails, "the rails", name),
+    )
+
+
+def fabric_not_checked(rails: Any, netdevs: Any) -> list[str]:
+    """rails | gx10.cluster.fabric_not_checked(netdevs): what sysfs cannot support here."""
+    name = "fabric_not_checked"
+    return fabric_rules.not_checked(
+        _list(rails, "the rails", name), _mapping(netdevs, "netdevs", name)
+    )
+
+
+def fabric_link_checks(  # noqa: PLR0917 (Jinja passes filter arguments by position)
+    rails: Any,
+    host: str,
+    hostvars: Any,
+    mtu: Any,
+    min_link_speed_mbps: Any = fabric_rules.MIN_LINK_SPEED_MBPS,
+    min_pcie_width: Any = fabric_rules.MIN_PCIE_WIDTH,
+) -> list[dict[str, Any]]:
+    """rails | gx10.cluster.fabric_link_checks(host, hostvars, mtu, min_speed, min_width)."""
+    name = "fabric_link_checks"
+    plan_rails = _list(rails, "the rails", name)
+    peers = {peer for rail in plan_rails for peer in rail["peers"]}
+    return fabric_rules.link_checks(
+        str(host),
+        plan_rails,
+        _mapping(_registered(hostvars, host, "__fabric_links", "netdevs", {}), "netdevs", name),
+        mtu=int(mtu),
+        peer_netdevs={
+            peer: _registered(hostvars, peer, "__fabric_links", "netdevs", {}) for peer in peers
+        },
+        ping=_list(_registered(hostvars, host, "__fabric_ping", "results", []), "ping", name),
+        route=_list(_registered(hostvars, host, "__fabric_route", "results", []), "route", name),
+        min_link_speed_mbps=min_link_speed_mbps,
+        min_pcie_width=min_pcie_width,
+    )
+
+
+def fabric_bandwidth_checks(  # noqa: PLR0917 (Jinja passes filter arguments by position)
+    measurements: Any,
+    head: str,
+    workers: Any,
+    rails: Any,
+    hostvars: Any,
+    tool: str,
+    min_rail_gbps: Any = PER_RAIL_MIN_GBPS,
+    min_total_gbps: Any = fabric_rules.MIN_TOTAL_GBPS,
+    degraded_band_gbps: Any = DEGRADED_BAND_GBPS,
+) -> list[dict[str, Any]]:
+    """measurements | gx10.cluster.fabric_bandwidth_checks(head, workers, rails, hostvars, tool,
+    min_rail, min_total, band): the head's bandwidth checks."""
+    name = "fabric_bandwidth_checks"
+    nodes = [str(head), *(str(w) for w in _list(workers, "workers", name))]
+    band = _list(degraded_band_gbps, "degraded_band_gbps", name)
+    if len(band) != 2:
+        raise AnsibleFilterError(f"gx10.cluster.{name}: degraded_band_gbps must be [low, high]")
+    return fabric_rules.bandwidth_checks(
+        str(head),
+        nodes[1:],
+        _list(rails, "the rails", name),
+        _list(measurements, "the measurements", name),
+        tool=str(tool),
+        tool_rc={node: _registered(hostvars, node, "__fabric_tool", "rc", None) for node in nodes},
+        min_rail_gbps=min_rail_gbps,
+        min_total_gbps=min_total_gbps,
+        degraded_band_gbps=band,
+    )
+
+
 class FilterModule:
     """gx10.cluster fabric bandwidth filters."""
 
@@ -102,4 +278,12 @@ class FilterModule:
             "fabric_iperf3": fabric_iperf3,
             "fabric_ib_write_bw": fabric_ib_write_bw,
             "fabric_verdict": fabric_verdict,
+            "fabric_gid_rails": fabric_gid_rails,
+            "fabric_runs": fabric_runs,
+            "fabric_merge_measurements": fabric_merge_measurements,
+            "fabric_runs_without_result": fabric_runs_without_result,
+            "fabric_bandwidth": fabric_bandwidth,
+            "fabric_not_checked": fabric_not_checked,
+            "fabric_link_checks": fabric_link_checks,
+            "fabric_bandwidth_checks": fabric_bandwidth_checks,
         }

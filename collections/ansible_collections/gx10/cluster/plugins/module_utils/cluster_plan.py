@@ -38,7 +38,17 @@ CLUSTER_VARS = ("gx10_rails", "gx10_rail_mtu")
 # The GPU clock policy (the gpu_clock role's inputs) is checked here too, so a bad value stops the
 # run before any node changes.
 CLOCK_VARS = ("gpu_clock_sm_mhz", "gpu_clock_min_mhz")
-NODE_VARS = (*CLUSTER_VARS, "gx10_node_id", "gx10_mgmt_interface", *CLOCK_VARS)
+# Per node: rail netdev -> RDMA device, where sysfs does not map it (the plan's rails carry it).
+RDMA_DEVICES_VAR = "gx10_rdma_devices"
+NODE_VARS = (
+    *CLUSTER_VARS,
+    "gx10_node_id",
+    "gx10_mgmt_interface",
+    RDMA_DEVICES_VAR,
+    *CLOCK_VARS,
+)
+# A no-fragment ping payload of MTU - 28 (IPv4 and ICMP headers) fills one frame exactly.
+IPV4_ICMP_HEADERS = 28
 DEFAULT_CLOCK_MIN_MHZ = 208
 CLOCK_MAX_MHZ = 5000
 
@@ -128,6 +138,7 @@ def build_plan(
             "subnet": str(rail.network),
             "prefix": rail.network.prefixlen,
             "addresses": {host: str(rail.final[host]) for host in analysis.nodes},
+            "ping_payload": analysis.mtu - IPV4_ICMP_HEADERS,
         }
         for rail in analysis.rails
         if rail.network is not None
@@ -147,6 +158,9 @@ def build_plan(
                     "address": rail["addresses"][host],
                     "cidr": f"{rail['addresses'][host]}/{rail['prefix']}",
                     "peers": {other: rail["addresses"][other] for other in others},
+                    # None: found from sysfs (<netdev>/device/infiniband/).
+                    "rdma_dev": analysis.rdma_devices.get(host, {}).get(rail["netdev"]),
+                    "ping_payload": rail["ping_payload"],
                 }
                 for rail in rails
             ],
@@ -202,6 +216,8 @@ class _Analysis:
     node_ids: dict[str, int] = field(default_factory=dict)
     mtu: int = DEFAULT_MTU
     rails: list[_Rail] = field(default_factory=list)
+    # host -> rail netdev -> RDMA device (gx10_rdma_devices)
+    rdma_devices: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def _analyse(
@@ -224,6 +240,7 @@ def _analyse(
         _check_addresses(rail, result.nodes, result.node_ids, errors)
     for host in result.nodes:
         _check_clock_policy(host, node_vars[host], errors)
+        result.rdma_devices[host] = _check_rdma_devices(host, node_vars[host], result.rails, errors)
     return result
 
 
@@ -474,6 +491,40 @@ def _free_subnet(network: IPv4Network, taken: Sequence[IPv4Network]) -> IPv4Netw
         if not any(candidate.overlaps(other) for other in taken):
             return candidate
     return None
+
+
+def _check_rdma_devices(
+    host: str, host_vars: Mapping[str, Any], rails: Sequence[_Rail], errors: list[str]
+) -> dict[str, str]:
+    """gx10_rdma_devices of one node: rail netdev -> RDMA device, keyed by rail netdevs only."""
+    value = _value(host_vars, RDMA_DEVICES_VAR)
+    if value is _MISSING:
+        return {}
+    netdevs = [rail.netdev for rail in rails]
+    example = f"{{{netdevs[0] if netdevs else 'enp1s0f0np0'}: rocep1s0f0}}"
+    if not isinstance(value, Mapping):
+        errors.append(
+            f"{RDMA_DEVICES_VAR} on host {host} must map rail netdevs to RDMA devices, got "
+            f"{_show(value)} ({_type_name(value)}): write it like {example}, or leave it "
+            "undefined to find each rail's device in sysfs."
+        )
+        return {}
+    devices: dict[str, str] = {}
+    for key, device in value.items():
+        if key not in netdevs:
+            errors.append(
+                f"{RDMA_DEVICES_VAR} on host {host} has key {_show(key)}, which is not a rail "
+                f"netdev (the rails are {', '.join(netdevs) or 'none'}): key it by the netdev of "
+                f"a rail in gx10_rails, e.g. {example}, or remove the entry."
+            )
+        elif not isinstance(device, str) or not device.strip():
+            errors.append(
+                f"{RDMA_DEVICES_VAR}[{key}] on host {host} must be an RDMA device name, got "
+                f"{_show(device)}: e.g. {example} (see `rdma link show`)."
+            )
+        else:
+            devices[str(key)] = device.strip()
+    return devices
 
 
 def _check_mgmt_interfaces(

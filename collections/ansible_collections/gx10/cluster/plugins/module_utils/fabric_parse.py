@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Parse what the fabric bandwidth tools print, and judge a rail's bandwidth.
+"""Parse what the fabric bandwidth tools print (the judgments are in fabric_rules.py).
 
 Pure Python (standard library only). Formats, as the tools print them:
 
@@ -18,19 +18,6 @@ import json
 import re
 from dataclasses import asdict, dataclass
 from typing import Any
-
-PER_RAIL_MIN_GBPS = 80.0
-# The known ConnectX-7 stuck state: every status looks normal, RDMA runs at about 13 Gb/s.
-DEGRADED_BAND_GBPS = (8.0, 25.0)
-DEGRADED_REMEDY = (
-    "This is the known ConnectX-7 stuck state (RDMA at about 13 Gb/s while link, PCIe and "
-    "counters look normal). A reboot does not fix it: shut the node down, cut AC power, drain "
-    "it, and reconnect power after one minute."
-)
-LOW_REMEDY = (
-    "Check the cable and both ends' link speed (200000 Mb/s), the PCIe link width of the CX-7 "
-    "function (x4), MTU 9000 on both ends, and that no other test runs on the same device."
-)
 
 # perftest's MB is 2**20 bytes (format_factor 0x100000); its Gb is 10**9 bits.
 _MB_PER_SEC_TO_GBPS = 0x100000 * 8 / 1e9
@@ -172,45 +159,3 @@ def parse_iperf3_json(text: str) -> Iperf3Result:
         reverse=bool(test_start.get("reverse", 0)),
         retransmits=sent.get("retransmits"),
     )
-
-
-def classify_bandwidth(
-    gbps: float,
-    per_rail_min: float = PER_RAIL_MIN_GBPS,
-    degraded_band: tuple[float, float] = DEGRADED_BAND_GBPS,
-) -> str:
-    """``ok`` (at least ``per_rail_min``), ``degraded_known`` (below it, inside the stuck-state
-    band) or ``low`` (below it, anywhere else)."""
-    if gbps >= per_rail_min:
-        return "ok"
-    low, high = degraded_band
-    if low <= gbps <= high:
-        return "degraded_known"
-    return "low"
-
-
-def bandwidth_verdict(
-    gbps: float,
-    per_rail_min: float = PER_RAIL_MIN_GBPS,
-    label: str = "rail",
-    degraded_band: tuple[float, float] = DEGRADED_BAND_GBPS,
-) -> dict[str, Any]:
-    """classify_bandwidth with the message and the remedy an operator reads."""
-    status = classify_bandwidth(gbps, per_rail_min, degraded_band)
-    remedy = {"ok": None, "degraded_known": DEGRADED_REMEDY, "low": LOW_REMEDY}[status]
-    if status == "ok":
-        message = f"{label}: {gbps:.2f} Gb/s (at least {per_rail_min:g})"
-    else:
-        band = f"{degraded_band[0]:g}-{degraded_band[1]:g}"
-        where = "in" if status == "degraded_known" else "outside"
-        message = (
-            f"{label}: {gbps:.2f} Gb/s, below {per_rail_min:g} and {where} the {band} Gb/s band "
-            f"of the known stuck state. {remedy}"
-        )
-    return {
-        "status": status,
-        "gbps": gbps,
-        "minimum": per_rail_min,
-        "message": message,
-        "remedy": remedy,
-    }

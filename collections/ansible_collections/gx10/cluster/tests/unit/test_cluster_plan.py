@@ -85,6 +85,7 @@ def test_default_plan_for_two_nodes() -> None:
                 "subnet": "192.168.100.0/24",
                 "prefix": 24,
                 "addresses": {"gx10-a": "192.168.100.10", "gx10-b": "192.168.100.11"},
+                "ping_payload": 8972,
             },
             {
                 "name": "rail1",
@@ -92,6 +93,7 @@ def test_default_plan_for_two_nodes() -> None:
                 "subnet": "192.168.101.0/24",
                 "prefix": 24,
                 "addresses": {"gx10-a": "192.168.101.10", "gx10-b": "192.168.101.11"},
+                "ping_payload": 8972,
             },
         ],
         "peers": {
@@ -110,6 +112,8 @@ def test_default_plan_for_two_nodes() -> None:
                         "address": "192.168.100.10",
                         "cidr": "192.168.100.10/24",
                         "peers": {"gx10-b": "192.168.100.11"},
+                        "rdma_dev": None,
+                        "ping_payload": 8972,
                     },
                     {
                         "name": "rail1",
@@ -117,6 +121,8 @@ def test_default_plan_for_two_nodes() -> None:
                         "address": "192.168.101.10",
                         "cidr": "192.168.101.10/24",
                         "peers": {"gx10-b": "192.168.101.11"},
+                        "rdma_dev": None,
+                        "ping_payload": 8972,
                     },
                 ],
             },
@@ -131,6 +137,8 @@ def test_default_plan_for_two_nodes() -> None:
                         "address": "192.168.100.11",
                         "cidr": "192.168.100.11/24",
                         "peers": {"gx10-a": "192.168.100.10"},
+                        "rdma_dev": None,
+                        "ping_payload": 8972,
                     },
                     {
                         "name": "rail1",
@@ -138,6 +146,8 @@ def test_default_plan_for_two_nodes() -> None:
                         "address": "192.168.101.11",
                         "cidr": "192.168.101.11/24",
                         "peers": {"gx10-a": "192.168.101.10"},
+                        "rdma_dev": None,
+                        "ping_payload": 8972,
                     },
                 ],
             },
@@ -691,3 +701,49 @@ def test_clock_policy_below_its_own_minimum() -> None:
 def test_clock_minimum_must_be_a_clock() -> None:
     error = one_error(per_host={"gx10-a": {"gpu_clock_min_mhz": "low"}})
     assert error.startswith("gpu_clock_min_mhz on host gx10-a is 'low'"), error
+
+
+def test_rdma_devices_and_ping_payload_per_rail() -> None:
+    hostvars = {
+        "gx10-a": {"gx10_rdma_devices": {"enp1s0f0np0": "rocep1s0f0"}, "gx10_rail_mtu": 1500},
+        "gx10-b": {"gx10_rail_mtu": 1500},
+    }
+    plan = build_plan(TWO, hostvars)
+    head = plan["hosts"]["gx10-a"]["rails"]
+    assert [(r["rdma_dev"], r["ping_payload"]) for r in head] == [
+        ("rocep1s0f0", 1472),
+        (None, 1472),
+    ]
+    assert [r["rdma_dev"] for r in plan["hosts"]["gx10-b"]["rails"]] == [None, None]
+    assert [r["ping_payload"] for r in plan["rails"]] == [1472, 1472]
+
+
+@pytest.mark.parametrize(
+    ("value", "fragments"),
+    [
+        (
+            {"eth9": "rocep1s0f0"},
+            [
+                "gx10_rdma_devices on host gx10-b has key 'eth9', which is not a rail netdev",
+                "enp1s0f0np0, enP2p1s0f0np0",
+                "e.g. {enp1s0f0np0: rocep1s0f0}",
+            ],
+        ),
+        (
+            {"enp1s0f0np0": ""},
+            ["gx10_rdma_devices[enp1s0f0np0] on host gx10-b must be an RDMA device name"],
+        ),
+        (
+            ["rocep1s0f0"],
+            [
+                "gx10_rdma_devices on host gx10-b must map rail netdevs to RDMA devices",
+                "['rocep1s0f0'] (list)",
+            ],
+        ),
+    ],
+)
+def test_rdma_devices_must_be_keyed_by_rail_netdevs(value: Any, fragments: list[str]) -> None:
+    errors = validate_cluster(TWO, {"gx10-a": {}, "gx10-b": {"gx10_rdma_devices": value}})
+    assert len(errors) == 1, errors
+    for fragment in fragments:
+        assert fragment in errors[0]

@@ -9,7 +9,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gx10.cluster.plugins.filter import fabric
-from ansible_collections.gx10.cluster.plugins.module_utils.fabric_parse import (
+from ansible_collections.gx10.cluster.plugins.module_utils.fabric_rules import (
     DEGRADED_REMEDY,
     LOW_REMEDY,
 )
@@ -26,6 +26,14 @@ def test_the_filters_are_registered() -> None:
         "fabric_iperf3",
         "fabric_ib_write_bw",
         "fabric_verdict",
+        "fabric_gid_rails",
+        "fabric_runs",
+        "fabric_merge_measurements",
+        "fabric_runs_without_result",
+        "fabric_bandwidth",
+        "fabric_not_checked",
+        "fabric_link_checks",
+        "fabric_bandwidth_checks",
     }
 
 

@@ -14,13 +14,15 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gx10.cluster.plugins.module_utils.fabric_parse import (
-    DEGRADED_REMEDY,
-    LOW_REMEDY,
     FabricParseError,
-    bandwidth_verdict,
-    classify_bandwidth,
     parse_ib_write_bw,
     parse_iperf3_json,
+)
+from ansible_collections.gx10.cluster.plugins.module_utils.fabric_rules import (
+    DEGRADED_REMEDY,
+    LOW_REMEDY,
+    bandwidth_verdict,
+    classify_bandwidth,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"
