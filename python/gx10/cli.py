@@ -519,7 +519,11 @@ def _add_smoke(
             "The API key comes from --api-key-file or OPENAI_API_KEY."
         ),
     )
-    p.add_argument("--endpoint", required=True, help="base URL, e.g. http://gx10-a:8000/v1")
+    p.add_argument(
+        "--endpoint",
+        required=True,
+        help="the server, e.g. http://gx10-a:8000 (with or without /v1)",
+    )
     p.add_argument("--model", required=True, help="the served model name")
     p.add_argument("--api-key-file", type=Path, help="file holding the API key")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per request")

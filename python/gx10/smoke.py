@@ -18,6 +18,8 @@ from typing import Any
 import openai
 from openai.types.chat import ChatCompletionFunctionToolParam
 
+from gx10.endpoint import parse_endpoint
+
 FILE_TOOL: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
@@ -76,6 +78,9 @@ def run(
     max_tokens: int = 128,
     thinking: bool | str = False,
 ) -> SmokeResult:
+    """Run the checks against `base_url`: http(s)://HOST:PORT, with or without /v1 (EndpointError
+    when it is neither)."""
+    base_url = parse_endpoint(base_url).v1
     client = openai.OpenAI(base_url=base_url, api_key=api_key or "EMPTY", timeout=timeout)
     extra = {"chat_template_kwargs": {"thinking": thinking}}
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from labtools import LAB_INVENTORY, node_sh
 
@@ -108,6 +109,17 @@ def test_clock_sweep_with_telemetry_restores_the_policy(cool: None, tmp_path: Pa
         assert clock <= 2400 if case["clock_cap"] == "2400" else clock > 2400
     assert (out / "report.html").stat().st_size > 10_000
     assert policy_restored()
+    # Exact prompts with the lab simulator's real BPE tokenizer (issue 16): every request at its
+    # target length as the server counted it, none failed, the server's counter judged the cache.
+    for case in cases:
+        assert case["requests_failed"] == 0
+        assert [r["prompt_tokens"] for r in case["request_results"]] == [256] * case["concurrency"]
+        assert case["cache_hit_source"] == "server"
+    text = "The morning was cold and the kettle took a long time to boil."
+    body = {"model": results["model"], "prompt": text, "return_token_strs": True}
+    pieces = httpx.post(f"{results['endpoint']}/tokenize", json=body, timeout=30).json()
+    # The regex tokenizer never makes a piece of more than 4 letters; the trained BPE does.
+    assert any(len(p.strip()) > 4 for p in pieces["token_strs"]), pieces
 
 
 def test_a_second_run_is_refused_naming_the_holder(cool: None, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 from test_vllm_sim import Launcher, healthy, wait_until
 
 from gx10.bench.nodes import Node
@@ -34,14 +35,16 @@ def sim_pair(
     *extra: str,
     block_size: int = 16,
     states: tuple[Path, Path] | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[str]:
     """Head + worker with the reference perf model; yields the head's URL; kills both by PID.
 
     `states`: the nvidia-smi simulator state directories of the head's and the worker's node
-    (where each writes its GPU load and reads its clock cap); default one shared directory."""
+    (where each writes its GPU load and reads its clock cap); default one shared directory.
+    `env`: more environment for both (e.g. GX10_SIM_TOKENIZER)."""
     launcher = Launcher(workdir)
     head_state, worker_state = states or (workdir / "smi", workdir / "smi")
-    env = {"GX10_SIM_TIME_SCALE": str(time_scale)}
+    env = {"GX10_SIM_TIME_SCALE": str(time_scale), **(env or {})}
     try:
         head, _worker, url = launcher.pair(
             "--served-model-name",
@@ -62,6 +65,23 @@ def sim_pair(
         yield url
     finally:
         launcher.close()
+
+
+def server_metric(url: str, name: str) -> float:
+    """One counter or gauge of the simulator's /metrics, summed over its label sets."""
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith((name + " ", name + "{"))
+    )
+
+
+def wait_idle(url: str, timeout: float = 60.0) -> None:
+    """Until the server runs no request (bounded)."""
+    deadline = time.monotonic() + timeout
+    while server_metric(url, "vllm:num_requests_running") and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 @dataclass

@@ -44,8 +44,29 @@ def test_failed_requests_do_not_count_in_rates() -> None:
     bad = RequestResult(1, 1000, ok=False, error="HTTP 500", sent=0.0, done=4.0)
     case = case_figures([request_figures(r, 0.0, 1.0) for r in (ok, bad)])
     assert case["requests_ok"] == 1
+    assert case["requests_failed"] == 1
     assert case["completion_tokens"] == 11
-    assert case["wall_s"] == 4.0
+    assert case["wall_s"] == 2.0  # the completed request's span: a failure adds no time
+
+
+def test_a_partly_failed_case_is_figured_from_its_completed_requests() -> None:
+    """Issue 16 item 2: 1 of 4 failed (its prompt never prepared, so never sent)."""
+    origin = 5753.04  # perf_counter seconds at the case start, as on a real run
+    done = [
+        _result(i, origin + 0.1 * i, origin + 1.0, origin + 3.0, origin + 3.1 + i * 0.1,
+                prompt_tokens=512, completion_tokens=32)
+        for i in range(3)
+    ]  # fmt: skip
+    never_sent = RequestResult(3, 512, error="preparing the prompt: could not pad")
+    rows = [request_figures(r, origin, 1.0) for r in (*done, never_sent)]
+    failed = rows[3]
+    assert (failed["sent"], failed["done"], failed["e2e_s"]) == (None, None, None)
+    assert all(r["sent"] is not None and r["sent"] >= 0 for r in rows[:3])
+    case = case_figures(rows)
+    assert (case["requests"], case["requests_ok"], case["requests_failed"]) == (4, 3, 1)
+    assert case["completion_tokens"] == 96
+    assert case["wall_s"] == pytest.approx(3.3)  # first sent (0.0) to last done (3.3)
+    assert case["aggregate_tps"] == pytest.approx(96 / 3.3)
 
 
 def test_percentiles_interpolate() -> None:
@@ -92,6 +113,26 @@ def test_cache_hit_flags() -> None:
         "probable cache hit: the server counted 1,024 prefix-cache hit tokens of 4,096 prompt "
         "tokens"
     ]
+    assert counted["cache_hit_source"] == "server"
+
+
+def test_the_servers_cache_counter_decides_over_the_prefill_ceiling() -> None:
+    """Issue 16 item 3: prefill above the ceiling, but the server counted no hit: no flag."""
+    zero = {"delta": {"vllm:prefix_cache_hits_total": 0.0}}
+    cases = [
+        _case(256, 7000, prompt_tokens_sent=256, server=zero),
+        _case(512, 30000, prompt_tokens_sent=512, server=zero),  # also 4x its neighbours
+        _case(1024, 7100, prompt_tokens_sent=1024, server=zero),
+    ]
+    flag_cache_hits(cases, factor=3.0, ceiling=6000)
+    assert [c["flags"] for c in cases] == [[], [], []]
+    assert [c["cache_hit_source"] for c in cases] == ["server"] * 3
+    # Without the counter (no /metrics, or a server without it) the ceiling is the fallback.
+    fallback = [_case(256, 7000, prompt_tokens_sent=256, server={"delta": {}}), _case(512, 100)]
+    flag_cache_hits(fallback, factor=3.0, ceiling=6000)
+    assert [c["cache_hit_source"] for c in fallback] == ["ceiling", "ceiling"]
+    assert "above the ceiling 6,000" in fallback[0]["flags"][0]
+    assert fallback[1]["flags"] == []
 
 
 def _sse(*events: Any) -> bytes:

@@ -19,19 +19,54 @@ from typing import Any
 
 import httpx
 
+from gx10.endpoint import EndpointError, parse_endpoint
 from gx10.errors import Gx10Error
 
-# Short common words: one token each in most BPE vocabularies (and in the lab simulator's, which
-# cuts letters in pieces of up to 4), so the padding converges in a few /tokenize calls.
-_FILLER_TEXT = (
-    "the of and to in is it you that he was for on are as with his they at be this have from or "
-    "one had by word but not what all were we when your can said use an each she do how if will "
-    "up out many then them so some her make like him into time has look two more go see way "
-    "who oil its now find long down day did get come made may part over new take only work know "
-    "year live me back give most very our just name good man say much line too mean old any "
-    "same tell boy came want show also form set put end does well must big even such"
+# Candidate filler units, each with its leading space (so no two units merge into one word): short
+# words, single letters, digits and symbols. A unit is kept for a server when /tokenize counts it
+# as exactly one token (in a run of the same unit), so a prompt grows one token per unit and every
+# length is reachable.
+FILLER_CANDIDATES = (
+    " the",
+    " of",
+    " and",
+    " to",
+    " in",
+    " is",
+    " it",
+    " on",
+    " at",
+    " be",
+    " as",
+    " or",
+    " an",
+    " a",
+    " I",
+    " x",
+    " e",
+    " s",
+    " o",
+    " t",
+    " n",
+    " i",
+    " r",
+    " 1",
+    " 2",
+    " 3",
+    " 4",
+    " 5",
+    " -",
+    " +",
+    " =",
+    " (",
+    " )",
+    " :",
+    " ;",
+    " .",
+    " ,",
 )
-FILLER_WORDS = tuple(_FILLER_TEXT.split())
+FILLER_UNITS = 8  # units kept per server (the filler cycles through them pseudo-randomly)
+UNIT_PROBE = 16  # a candidate is tried as a run of this many units
 FILLER_CHUNK = 4096
 NONCE_TRIES = 3
 MAX_PAD_ROUNDS = 16
@@ -47,6 +82,10 @@ class RequestFailed(Exception):
     """One request failed: an HTTP error, an error event in the stream, or a broken stream."""
 
 
+class PaddingFailed(BenchError):
+    """No prompt of exactly the target length could be built with the server's tokenizer."""
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     root: str  # http://host:port
@@ -55,10 +94,10 @@ class Endpoint:
 
     @classmethod
     def parse(cls, url: str, api_key: str = "", model: str | None = None) -> Endpoint:
-        root = url.rstrip("/")
-        root = root.removesuffix("/v1")
-        if not root.startswith(("http://", "https://")):
-            raise BenchError(f"--endpoint {url!r}: expected http://HOST:PORT[/v1]")
+        try:
+            root = parse_endpoint(url).root
+        except EndpointError as exc:
+            raise BenchError(str(exc)) from exc
         return cls(root, api_key, model)
 
     @property
@@ -163,13 +202,20 @@ async def server_info(client: httpx.AsyncClient, endpoint: Endpoint) -> ServerIn
 # --------------------------------------------------------------------------------------------
 
 
+# (endpoint root, model) -> the filler units that are one token each for its tokenizer
+_UNITS: dict[tuple[str, str], tuple[str, ...]] = {}
+
+
 @dataclass(slots=True)
 class PromptBuilder:
-    """Pads `nonce + filler words` to an exact prompt token count with the server's /tokenize.
+    """Pads `nonce + filler units` to an exact prompt token count with the server's /tokenize.
 
-    The nonce opens the prompt, so no prompt shares even its first cache block with another (the
-    prefix cache hashes blocks chained from the start). With `unique=False` every prompt opens
-    the same way: what a careless benchmark does.
+    The filler units are pieces of text that the server's tokenizer counts as one token each
+    (found once per server with /tokenize and cached), so adding a unit adds one token and the
+    search can step by one: every length from the template's own up is reachable, whatever the
+    tokenizer. The nonce opens the prompt, so no prompt shares even its first cache block with
+    another (the prefix cache hashes blocks chained from the start). With `unique=False` every
+    prompt opens the same way: what a careless benchmark does.
     """
 
     client: httpx.AsyncClient
@@ -177,21 +223,23 @@ class PromptBuilder:
     model: str
     template_kwargs: Mapping[str, Any]
     unique: bool = True
-    words: list[str] = field(default_factory=list)
-    tokens_per_word: float = 1.0
-    last_words: dict[int, int] = field(default_factory=dict)
+    units: tuple[str, ...] = ()
+    sequence: list[str] = field(default_factory=list)
+    last_units: dict[int, int] = field(default_factory=dict)
+    too_short: list[int] = field(default_factory=list)
     calls: int = 0
 
     def _filler(self, count: int) -> str:
-        """The first `count` words of one fixed pseudo-random sequence (same in every run)."""
-        while len(self.words) < count:
-            rng = random.Random(len(self.words) // FILLER_CHUNK)
-            self.words += [rng.choice(FILLER_WORDS) for _ in range(FILLER_CHUNK)]
-        return " ".join(self.words[:count])
+        """The first `count` units of one fixed pseudo-random sequence (same in every run)."""
+        while len(self.sequence) < count:
+            rng = random.Random(len(self.sequence) // FILLER_CHUNK)
+            self.sequence += [rng.choice(self.units) for _ in range(FILLER_CHUNK)]
+        return "".join(self.sequence[:count])
 
-    def messages(self, nonce: str, words: int) -> list[dict[str, str]]:
+    def messages(self, nonce: str, units: int, filler: str | None = None) -> list[dict[str, str]]:
         text = f"Benchmark request {nonce}. Read the notes and summarise them.\n"
-        return [{"role": "user", "content": text + self._filler(words)}]
+        body = self._filler(units) if filler is None else filler
+        return [{"role": "user", "content": text + body}]
 
     async def count(self, messages: list[dict[str, str]]) -> int:
         self.calls += 1
@@ -211,45 +259,85 @@ class PromptBuilder:
             raise RequestFailed(f"/tokenize: HTTP {response.status_code}: {response.text[:200]}")
         return int(response.json()["count"])
 
+    async def discover_units(self) -> tuple[str, ...]:
+        """The filler units of one token each for this server's tokenizer (cached per server)."""
+        key = (self.endpoint.root, self.model)
+        cached = _UNITS.get(key)
+        if cached:
+            self.units = cached
+            return cached
+        nonce = "0" * 32
+        base = await self.count(self.messages(nonce, 0, ""))
+        found: list[str] = []
+        for unit in FILLER_CANDIDATES:
+            if await self.count(self.messages(nonce, 0, unit * UNIT_PROBE)) - base == UNIT_PROBE:
+                found.append(unit)
+                if len(found) == FILLER_UNITS:
+                    break
+        if not found:
+            raise PaddingFailed(
+                f"the tokenizer of model {self.model!r} at {self.endpoint.root} counts none of "
+                f"the filler units {list(FILLER_CANDIDATES)} as one token: cannot pad prompts"
+            )
+        self.units = _UNITS[key] = tuple(found)
+        return self.units
+
     async def build(self, target: int) -> tuple[list[dict[str, str]], str]:
         """(messages, nonce) whose chat prompt is exactly `target` tokens.
 
-        Word counts are searched with /tokenize (a secant step, then one word at a time); when
-        one word more overshoots and one less undershoots, another nonce shifts the count.
+        Unit counts are searched with /tokenize: each step moves by the tokens still missing (one
+        unit is one token, so this converges, down to steps of one); when one unit more
+        overshoots and one less undershoots (the tokenizer merged units), another nonce is tried.
         """
-        for attempt in range(NONCE_TRIES):
-            nonce = uuid.uuid4().hex if self.unique else f"{attempt:032d}"
-            found = await self._fit(nonce, target)
+        cached = (self.endpoint.root, self.model) in _UNITS
+        if not self.units:
+            await self.discover_units()
+        tried: list[str] = []
+        self.too_short = []
+        for attempt in range(NONCE_TRIES * 2):
+            if attempt == NONCE_TRIES:
+                if len(self.too_short) == NONCE_TRIES:
+                    raise PaddingFailed(
+                        f"prompt length {target} is shorter than the template and nonce "
+                        f"({min(self.too_short)} tokens or more for model {self.model!r})"
+                    )
+                if not cached:
+                    break
+                # Units cached from another server once on this address: find them again.
+                _UNITS.pop((self.endpoint.root, self.model), None)
+                self.units, self.sequence, self.last_units = (), [], {}
+                await self.discover_units()
+            nonce = uuid.uuid4().hex if self.unique else f"{attempt % NONCE_TRIES:032d}"
+            found = await self._fit(nonce, target, tried)
             if found is not None:
                 return self.messages(nonce, found), nonce
-        raise RequestFailed(f"could not pad a prompt to exactly {target} tokens via /tokenize")
+        raise PaddingFailed(
+            f"could not pad a prompt to exactly {target} tokens via /tokenize (model "
+            f"{self.model!r} at {self.endpoint.root}, filler units {list(self.units)}); "
+            f"unit counts -> lengths tried: {'; '.join(tried)}"
+        )
 
-    async def _fit(self, nonce: str, target: int) -> int | None:
+    async def _fit(self, nonce: str, target: int, tried_log: list[str]) -> int | None:
         base = await self.count(self.messages(nonce, 0))
-        if base > target:
-            raise RequestFailed(
-                f"prompt length {target} is shorter than the template and nonce ({base} tokens)"
-            )
-        if base == target:
-            return 0
-        words = self.last_words.get(target, round((target - base) / self.tokens_per_word))
+        if base > target:  # another nonce may tokenize shorter
+            self.too_short.append(base)
+            tried_log.append(f"0->{base}")
+            return None
         tried: dict[int, int] = {0: base}
+        units = self.last_units.get(target, target - base)
         for _ in range(MAX_PAD_ROUNDS):
-            words = max(words, 0)
-            have = tried.get(words)
+            units = max(units, 0)
+            have = tried.get(units)
             if have is None:
-                have = tried[words] = await self.count(self.messages(nonce, words))
+                have = tried[units] = await self.count(self.messages(nonce, units))
             if have == target:
-                self.last_words[target] = words
-                if words:
-                    self.tokens_per_word = (have - base) / words
-                return words
+                self.last_units[target] = units
+                return units
             diff = target - have
-            step = round(diff / max(self.tokens_per_word, 0.1)) if abs(diff) > 2 else 0
-            step = step or (1 if diff > 0 else -1)
-            if words + step in tried and (tried[words + step] > target) == (diff > 0):
-                return None  # one word more overshoots, one less undershoots
-            words += step
+            if units + diff in tried and (tried[units + diff] > target) == (diff > 0):
+                break  # one unit more overshoots, one less undershoots
+            units += diff
+        tried_log.append(", ".join(f"{u}->{n}" for u, n in sorted(tried.items())))
         return None
 
 
@@ -260,7 +348,8 @@ class PromptBuilder:
 
 @dataclass(slots=True)
 class RequestResult:
-    """Client timestamps are perf_counter seconds; durations are filled in by the case."""
+    """Client timestamps are perf_counter seconds (None: never happened, e.g. `sent` of a request
+    whose prompt could not be prepared); durations are filled in by the case."""
 
     index: int
     target_tokens: int
@@ -268,7 +357,7 @@ class RequestResult:
     ok: bool = False
     error: str = ""
     status: int | None = None
-    sent: float = 0.0
+    sent: float | None = None
     first_token: float | None = None
     last_token: float | None = None
     done: float | None = None

@@ -6,8 +6,9 @@ Definitions (all durations in seconds; divided by the time scale for the lab sim
 - Per-session decode tok/s: (completion tokens - 1) / (last token - first token), with the token
   counts from the server's usage (speculative decoding sends several tokens per chunk, so SSE
   chunks are not tokens). The first token comes out of the prefill, hence the -1 (vLLM's TPOT).
-- Aggregate tok/s: completion tokens of the case's successful requests / case wall time (first
-  request sent to last stream done).
+- Aggregate tok/s: completion tokens of the case's completed requests / their wall time (first
+  of them sent to last of them done). A failed request adds nothing to the figures; the case
+  records how many failed (`requests_failed`) beside them.
 - Node telemetry (with an inventory): per node, mean and max of the power, temperature and SM
   clock readings taken during the case (nvidia-smi's power.draw is itself a ~1 s average).
   Efficiency, tok/s/W: aggregate tok/s / the sum of the nodes' mean power; decode tok/s/W: the
@@ -56,6 +57,9 @@ def request_figures(result: RequestResult, origin: float, scale: float) -> dict[
         value = row[key]
         row[key] = None if value is None else (value - origin) / scale
     row["ttft_s"] = row["prefill_tps"] = row["decode_tps"] = row["e2e_s"] = None
+    if row["sent"] is None:  # never sent: no times at all
+        row["first_token"] = row["last_token"] = row["done"] = None
+        return row
     if row["done"] is not None:
         row["e2e_s"] = row["done"] - row["sent"]
     if result.ok and row["first_token"] is not None:
@@ -71,14 +75,13 @@ def request_figures(result: RequestResult, origin: float, scale: float) -> dict[
 
 def case_figures(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """A case's figures from its request records (see request_figures)."""
-    ok = [r for r in rows if r["ok"]]
-    sent = [r["sent"] for r in rows if r["sent"] is not None]
-    done = [r["done"] for r in rows if r["done"] is not None]
-    wall = (max(done) - min(sent)) if sent and done else None
+    ok = [r for r in rows if r["ok"] and r["sent"] is not None and r["done"] is not None]
+    wall = (max(r["done"] for r in ok) - min(r["sent"] for r in ok)) if ok else None
     completion = sum(int(r["completion_tokens"] or 0) for r in ok)
     return {
         "requests": len(rows),
         "requests_ok": len(ok),
+        "requests_failed": len(rows) - len(ok),
         "wall_s": wall,
         "completion_tokens": completion,
         "prompt_tokens_ok": sum(int(r["prompt_tokens"] or 0) for r in ok),
@@ -103,34 +106,60 @@ def _prefill(case: Mapping[str, Any], stat: str = "p50") -> float | None:
     return float(value) if value is not None else None
 
 
+def _server_hits(case: Mapping[str, Any]) -> float | None:
+    """The server's prefix-cache hit tokens during the case, when it was recorded."""
+    delta = (case.get("server") or {}).get("delta") or {}
+    hits = delta.get("vllm:prefix_cache_hits_total")
+    return float(hits) if hits is not None and case.get("prompt_tokens_sent") else None
+
+
 def flag_cache_hits(
     cases: Iterable[MutableMapping[str, Any]], factor: float, ceiling: float
 ) -> None:
-    """Set `flags` on each case when its prefill figure says "prefix-cache hit":
+    """Set `flags` on each case when it was probably served from the prefix cache.
 
+    When the server's `vllm:prefix_cache_hits_total` delta for the case was recorded, it decides
+    (`cache_hit_source: "server"`): a hit when the server counted hits for a tenth of the case's
+    prompt tokens or more. Otherwise the prefill figures decide (`cache_hit_source: "ceiling"`):
     - any request's prefill (prompt / TTFT) above `ceiling`;
     - at one stream, the case's median prefill above `factor` times the median of its neighbours
       (the next shorter and longer prompts at one stream and the same clock). Above one stream
       TTFT includes the wait behind the other prompts' prefill, so prompt / TTFT there is not a
-      prefill rate and neighbours legitimately differ several-fold: not compared;
-    - the server counted prefix-cache hits for a tenth of the case's prompt tokens or more.
+      prefill rate and neighbours legitimately differ several-fold: not compared.
+    A case with neither (no prefill figure, no counter) has `cache_hit_source: None`.
     """
     groups: dict[tuple[Any, Any], list[MutableMapping[str, Any]]] = {}
     for case in cases:
         case["flags"] = []
+        case["cache_hit_source"] = None
         groups.setdefault((case["concurrency"], case["clock_cap"]), []).append(case)
+    for group in groups.values():
+        for case in group:
+            hits = _server_hits(case)
+            if hits is None:
+                continue
+            case["cache_hit_source"] = "server"
+            prompt = case["prompt_tokens_sent"]
+            if hits >= 0.1 * prompt:
+                case["flags"].append(
+                    f"probable cache hit: the server counted {hits:,.0f} prefix-cache hit tokens "
+                    f"of {prompt:,} prompt tokens"
+                )
     for (concurrency, _clock), group in groups.items():
         measured = sorted(
             (c for c in group if _prefill(c) is not None), key=lambda c: c["prompt_tokens"]
         )
         for i, case in enumerate(measured):
+            if case["cache_hit_source"] == "server":
+                continue
+            case["cache_hit_source"] = "ceiling"
             value = _prefill(case)
             assert value is not None
             fastest = _prefill(case, "max") or value
             if fastest > ceiling:
                 case["flags"].append(
                     f"probable cache hit: prefill {fastest:,.0f} tok/s is above the ceiling "
-                    f"{ceiling:,.0f}"
+                    f"{ceiling:,.0f} (the server's prefix-cache counter was not available)"
                 )
             if concurrency != 1:
                 continue
@@ -146,16 +175,6 @@ def flag_cache_hits(
                         f"probable cache hit: prefill {value:,.0f} tok/s is "
                         f"{value / typical:.1f}x its neighbours' {typical:,.0f}"
                     )
-    for group in groups.values():
-        for case in group:
-            delta = (case.get("server") or {}).get("delta") or {}
-            hits = delta.get("vllm:prefix_cache_hits_total")
-            prompt = case.get("prompt_tokens_sent") or 0
-            if hits and prompt and hits >= 0.1 * prompt:
-                case["flags"].append(
-                    f"probable cache hit: the server counted {hits:,.0f} prefix-cache hit tokens "
-                    f"of {prompt:,} prompt tokens"
-                )
 
 
 def _mean_max(values: Sequence[float | None]) -> dict[str, float | None]:

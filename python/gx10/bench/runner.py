@@ -51,6 +51,7 @@ from rich.progress import (
 
 from gx10.bench.client import (
     Endpoint,
+    PaddingFailed,
     PromptBuilder,
     RequestFailed,
     RequestResult,
@@ -100,6 +101,7 @@ CASE_COLUMNS = (
     "status",
     "requests",
     "requests_ok",
+    "requests_failed",
     "wall_s",
     "aggregate_tps",
     "completion_tokens",
@@ -122,6 +124,7 @@ CASE_COLUMNS = (
     "sm_clock_mhz_mean",
     "tps_per_w",
     "decode_tps_per_w",
+    "cache_hit_source",
     "flags",
     "errors",
 )
@@ -338,7 +341,7 @@ async def run_case(
         try:
             messages, result.nonce = await builder.build(case.prompt_tokens)
             bodies.append(request_body(info.model, messages, settings))
-        except RequestFailed as exc:
+        except (RequestFailed, PaddingFailed) as exc:
             result.error = f"preparing the prompt: {exc}"
             bodies.append(None)
     record["tokenize_calls"] = builder.calls
@@ -354,7 +357,7 @@ async def run_case(
     after = await sample_counters(client, endpoint)
     rows = [request_figures(r, origin, scale) for r in results]
     record.update(case_figures(rows))
-    record["prompt_tokens_sent"] = sum(case.prompt_tokens for r in results if r.sent)
+    record["prompt_tokens_sent"] = sum(case.prompt_tokens for r in results if r.sent is not None)
     record["server"] = {"before": before, "after": after, "delta": counter_delta(before, after)}
     record["request_results"] = rows
     mismatched = [
@@ -733,6 +736,11 @@ def describe_case(i: int, total: int, case: Mapping[str, Any]) -> str:
         f"decode {p50('decode_tps'):.1f} tok/s/session, "
         f"aggregate {case.get('aggregate_tps') or float('nan'):.1f} tok/s"
     )
+    if case.get("requests_failed"):
+        figures += (
+            f" (from the {case.get('requests_ok')} completed requests; "
+            f"{case['requests_failed']} of {case.get('requests')} failed)"
+        )
     extra = "".join(f"\n    ! {f}" for f in case.get("flags", []))
     extra += "".join(f"\n    x {e}" for e in case.get("errors", [])[:3])
     return head + figures + extra

@@ -9,6 +9,7 @@ keyed by the base and the files). An unchanged recipe is never rebuilt.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
 import os
 import tarfile
@@ -92,17 +93,50 @@ def node_spec() -> ImageSpec:
     )
 
 
+SIM_LIB = "/usr/local/lib/gx10-sim"  # the simulators: first on their own sys.path
+SIM_TOKENIZER = "/usr/local/share/gx10-sim/tokenizer.json"
+
+
+def installed_package(name: str, dest: str = SIM_LIB) -> dict[str, Path]:
+    """The files of a package installed in this environment (the venv), mapped into the image.
+
+    For a package Debian does not ship (`tokenizers`): its wheel is built for the stable ABI
+    (abi3) and the manylinux glibc, so bookworm's python3 imports it as it is."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise LabError(
+            f"the Python package {name!r} is not installed here; the lab image needs it "
+            "(make venv installs it from requirements.lock)"
+        )
+    root = Path(next(iter(spec.submodule_search_locations)))
+    return {
+        f"{dest}/{name}/{path.relative_to(root).as_posix()}": path
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+
+
 def vllm_sim_spec() -> ImageSpec:
-    """Stands in for the community GB10 vLLM image: `vllm serve` is the vLLM simulator."""
+    """Stands in for the community GB10 vLLM image: `vllm serve` is the vLLM simulator.
+
+    It tokenizes with a small BPE trained while the image is built (setup.sh) from the corpus
+    the project ships, with the `tokenizers` package copied from this venv."""
     sim = IMAGE_DIR / "vllm-sim"
+    lib = SIM_LIB
     return ImageSpec(
         name="vllm-sim",
         packages_file=sim / "packages.txt",
         variant="minbase",
-        files={"/usr/local/lib/gx10-sim/vllm_sim.py": HERE / "simulators" / "vllm_sim.py"},
+        files={
+            f"{lib}/vllm_sim.py": HERE / "simulators" / "vllm_sim.py",
+            f"{lib}/train_tokenizer.py": HERE / "simulators" / "train_tokenizer.py",
+            f"{lib}/tokenizer-corpus.txt": sim / "tokenizer-corpus.txt",
+            **installed_package("tokenizers"),
+        },
         setup=sim / "setup.sh",
         changes=(
             'ENTRYPOINT ["vllm"]',
+            f"ENV GX10_SIM_TOKENIZER={SIM_TOKENIZER}",
             f"LABEL {LAB_LABEL}.image=vllm-sim",
         ),
     )

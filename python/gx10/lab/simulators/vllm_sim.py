@@ -43,14 +43,17 @@ Environment (sim-only knobs are GX10_SIM_*; the others are read as the real stac
                                on by default as in vLLM V1, in blocks of --block-size, default 16)
   GX10_SIM_SPEC_ACCEPTANCE     draft token acceptance rate for speculative decoding (default 0.85)
   GX10_SIM_SEED                seed mixed into every generation (default 0)
+  GX10_SIM_TOKENIZER           tokenizer.json of a BPE tokenizer (default: the regex tokenizer)
   GX10_SIM_VLLM_VERSION        version string to report (default 0.11.1+gx10sim)
   VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS  collective timeout once a peer is gone (default 300)
   VLLM_API_KEY, VLLM_HOST_IP, VLLM_LOGGING_LEVEL, NCCL_*, GLOO_SOCKET_IFNAME
 
-Tokenizer (documented so clients can pad prompts exactly): text is cut into pieces by
-TOKEN_PIECE_RE: up to 4 letters, up to 3 digits, one other symbol, each optionally with one
-leading space, or a run of whitespace. Special tokens (SPECIAL_TOKENS) are one token each. English
-prose comes out near 4 characters per token, like the real BPE vocabularies.
+Tokenizer: with GX10_SIM_TOKENIZER (path to a tokenizer.json; the lab image ships a small BPE
+trained at build time) the `tokenizers` package tokenizes, as a real model's tokenizer does, for
+/tokenize, /detokenize, the usage counts and the prefix cache alike. Without it (the standard
+library only) text is cut into pieces by TOKEN_PIECE_RE: up to 4 letters, up to 3 digits, one
+other symbol, each optionally with one leading space, or a run of whitespace. Special tokens
+(SPECIAL_TOKENS) are one token each either way.
 """
 
 from __future__ import annotations
@@ -1058,18 +1061,82 @@ SPECIAL_TOKENS = {
 _SPECIAL_RE = re.compile("(" + "|".join(re.escape(token) for token in SPECIAL_TOKENS) + ")")
 
 
-def token_pieces(text: str) -> list[str]:
-    """The pieces `text` tokenizes into; special tokens stay whole."""
+class BpeTokenizer:
+    """A real BPE tokenizer (Hugging Face `tokenizers`, tokenizer.json) in place of the regex one.
+
+    The chat template's special tokens are added to it when the file lacks them, so they stay one
+    token each; their ids are then the tokenizer's own (as with a real model's tokenizer)."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            # Only with GX10_SIM_TOKENIZER: the simulator otherwise runs on the standard library.
+            from tokenizers import Tokenizer  # noqa: PLC0415
+        except ImportError as exc:  # pragma: no cover - the image ships it
+            raise SimFatal("ImportError", f"GX10_SIM_TOKENIZER={path}: {exc}") from exc
+        try:
+            self.tokenizer = Tokenizer.from_file(path)
+        except Exception as exc:  # the library raises its own Exception type
+            raise SimFatal("OSError", f"GX10_SIM_TOKENIZER={path}: {exc}") from exc
+        self.path = path
+        missing = [t for t in SPECIAL_TOKENS if self.tokenizer.token_to_id(t) is None]
+        if missing:
+            self.tokenizer.add_special_tokens(missing)
+        self.special_ids = {t: int(self.tokenizer.token_to_id(t) or 0) for t in SPECIAL_TOKENS}
+
+    def encode(self, text: str) -> tuple[list[int], list[str]]:
+        """(ids, text pieces); a piece is the slice of `text` its token covers."""
+        if not text:
+            return [], []
+        enc = self.tokenizer.encode(text, add_special_tokens=False)
+        return list(enc.ids), [text[start:end] for start, end in enc.offsets]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
+
+
+_BPE: BpeTokenizer | None = None
+
+
+def use_tokenizer(path: str | None) -> None:
+    """Select the tokenizer every endpoint uses: a tokenizer.json, or None for the regex one."""
+    global _BPE  # noqa: PLW0603 - one tokenizer for the whole process, chosen at start
+    _BPE = BpeTokenizer(path) if path else None
+
+
+def tokenizer_name() -> str:
+    return _BPE.path if _BPE is not None else "gx10-sim-regex"
+
+
+def encode(text: str) -> tuple[list[int], list[str]]:
+    """(ids, pieces) of `text` with the active tokenizer; special tokens stay whole."""
+    if _BPE is not None:
+        return _BPE.encode(text)
     pieces: list[str] = []
     for part in _SPECIAL_RE.split(text):
         if part in SPECIAL_TOKENS:
             pieces.append(part)
         elif part:
             pieces += TOKEN_PIECE_RE.findall(part)
-    return pieces
+    return [token_id(piece) for piece in pieces], pieces
+
+
+def decode(ids: Sequence[int]) -> str:
+    if _BPE is not None:
+        return _BPE.decode(ids)
+    raise ApiError(400, "detokenize needs a tokenizer with a vocabulary (GX10_SIM_TOKENIZER)")
+
+
+def special_id(token: str) -> int:
+    return _BPE.special_ids[token] if _BPE is not None else SPECIAL_TOKENS[token]
+
+
+def token_pieces(text: str) -> list[str]:
+    """The pieces `text` tokenizes into; special tokens stay whole."""
+    return encode(text)[1]
 
 
 def token_id(piece: str) -> int:
+    """The regex tokenizer's id of one piece."""
     special = SPECIAL_TOKENS.get(piece)
     if special is not None:
         return special
@@ -1077,12 +1144,12 @@ def token_id(piece: str) -> int:
 
 
 def tokenize(text: str, add_special_tokens: bool = False) -> list[int]:
-    ids = [token_id(piece) for piece in token_pieces(text)]
-    return [SPECIAL_TOKENS[BOS], *ids] if add_special_tokens else ids
+    ids = encode(text)[0]
+    return [special_id(BOS), *ids] if add_special_tokens else ids
 
 
 def count_tokens(text: str) -> int:
-    return len(token_pieces(text))
+    return len(encode(text)[0])
 
 
 def message_text(content: Any) -> str:
@@ -2206,6 +2273,7 @@ ROUTES = {
     "/v1/models": ("GET",),
     "/metrics": ("GET",),
     "/tokenize": ("POST",),
+    "/detokenize": ("POST",),
     "/v1/chat/completions": ("POST",),
     "/v1/completions": ("POST",),
 }
@@ -2382,16 +2450,26 @@ class ApiHandler(BaseHTTPRequestHandler):
             if not isinstance(prompt, str):
                 raise ApiError(400, "prompt: Field required")
             text, special = prompt, bool(body.get("add_special_tokens", True))
-        pieces = ([BOS] if special else []) + token_pieces(text)
+        ids, pieces = encode(text)
+        if special:
+            ids, pieces = [special_id(BOS), *ids], [BOS, *pieces]
         self._send_json(
             200,
             {
-                "count": len(pieces),
+                "count": len(ids),
                 "max_model_len": api.config.max_model_len,
-                "tokens": [token_id(piece) for piece in pieces],
+                "tokens": ids,
                 "token_strs": pieces if body.get("return_token_strs") else None,
             },
         )
+
+    def route_detokenize(self) -> None:
+        body = self._read_json()
+        self.server.api.check_model(body)
+        tokens = body.get("tokens")
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise ApiError(400, "tokens: Input should be a valid list of integers")
+        self._send_json(200, {"prompt": decode(tokens)})
 
     def route_v1_chat_completions(self) -> None:
         body = self._read_json()
@@ -3165,6 +3243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop.install()
     try:
         validate_serve_args(args)
+        use_tokenizer(os.environ.get("GX10_SIM_TOKENIZER") or None)
         process: Head | Worker = Worker(args, env, stop) if args.headless else Head(args, env, stop)
         return process.run()
     except SimFatal as error:
