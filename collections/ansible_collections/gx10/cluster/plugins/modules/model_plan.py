@@ -9,7 +9,7 @@ module: model_plan
 short_description: Load the checkpoint manifest on the controller and check the plan fits
 version_added: 0.1.0
 description:
-  - Loads I(manifest) with the collection's strict loader (module_utils model_manifest: schema,
+  - Loads I(manifest) with the collection's strict loader (module_utils model_manifest; schema,
     sizes, hash formats, no path that could escape the model directory, no duplicates) and fails
     naming every problem, before any node is touched.
   - Looks the checkpoint up in the catalog (FIELD_NOTES section 1) by I(checkpoint) or the
