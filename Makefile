@@ -69,7 +69,7 @@ lint: venv ## yamllint, ansible-lint (production), ruff, mypy, role READMEs agai
 	ruff check .
 	ruff format --check .
 	mypy
-	mypy --strict collections/ansible_collections/gx10/cluster/plugins/module_utils
+	mypy --strict -p ansible_collections.gx10.cluster.plugins.module_utils
 	python -m gx10._dev.role_docs --check
 
 docs: venv ## Regenerate each role README's variable table from meta/argument_specs.yml

@@ -46,9 +46,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from gx10.model.hashing import READ_SIZE, default_workers, hash_file
 from gx10.model.manifest import Manifest, ManifestFile
-from gx10.model.verify import CACHE_NAME, verify
+from gx10.model.verify import CACHE_NAME, READ_SIZE, model_files, verify
+
+default_workers = model_files.default_workers
+hash_file = model_files.hash_file
 
 MIB = 1024 * 1024
 REVISION = "0" * 40

@@ -32,6 +32,7 @@ from gx10.bench.cli import add_parser as _add_bench
 from gx10.doctor import collect as doctor_collect
 from gx10.doctor import diagnose, findings_json, has_errors, print_findings
 from gx10.errors import Gx10Error
+from gx10.model.errors import ModelError
 from gx10.model.manifest import (
     Manifest,
     is_full_sha,
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return handler(args)
-    except Gx10Error as exc:
+    except (Gx10Error, ModelError) as exc:  # ModelError: the collection's, see gx10.model.errors
         print(f"gx10: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from gx10._collection import load as module_utils
 from gx10.doctor import ContainerEvidence, diagnose
 from gx10.doctor import collect as c
 from gx10.doctor import rules as r
-from gx10.doctor._collection import module_utils
 from gx10.errors import Gx10Error
 from gx10.lab.simulators.rdma_sysfs import sync
 from gx10.provision import FailedTask, HostStats, ProvisionResult

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from rich.console import Console
 
+from gx10._collection import load as module_utils
 from gx10.doctor import (
     ContainerEvidence,
     Evidence,
@@ -28,7 +29,6 @@ from gx10.doctor import (
     print_findings,
 )
 from gx10.doctor import rules as r
-from gx10.doctor._collection import module_utils
 from gx10.lab.simulators.rdma_sysfs import sync
 
 ROOT = Path(__file__).resolve().parents[2]

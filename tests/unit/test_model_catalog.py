@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from gx10.model import CATALOG, CatalogError, PlanDoesNotFitError, check_fits, lookup
-from gx10.model.catalog import USABLE_GB_PER_NODE
+from gx10.model import (
+    CATALOG,
+    USABLE_GB_PER_NODE,
+    CatalogError,
+    PlanDoesNotFitError,
+    check_fits,
+    lookup,
+)
 
 # The field notes' table: checkpoint -> (size GB, fits one node).
 FIELD_NOTES = {

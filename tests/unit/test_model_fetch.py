@@ -13,11 +13,11 @@ from gx10.model import (
     IncompletePartialError,
     InstallError,
     ManifestFile,
+    git_blob_sha1,
     install_verified,
     partial_path,
     verify,
 )
-from gx10.model.hashing import git_blob_sha1
 from gx10.model.manifest import Manifest
 from gx10.model.verify import CACHE_NAME, load_cache
 

@@ -35,7 +35,7 @@ from gx10.model import (
     resolve_token,
     save_manifest,
 )
-from gx10.model.hashing import git_blob_sha1, hash_file
+from gx10.model.verify import model_files
 
 SHA = "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
 SHARD_SHA256 = "07f700e293baeaf3cd4240c3df1a948c4403f16961ea7979e86c8d6a9f8fd466"
@@ -328,9 +328,11 @@ def test_git_blob_sha1_equals_git_hash_object(tmp_path: Path) -> None:
     ).stdout.split()
     assert len(git) == len(GIT_SAMPLES)
     for (name, data), expected in zip(GIT_SAMPLES.items(), git, strict=True):
-        assert git_blob_sha1(data) == expected, name
+        assert model_files.git_blob_sha1(data) == expected, name
         # Small read size: the header must hold the whole size, not the first chunk's.
-        assert hash_file(tmp_path / name, "git-sha1", read_size=4096).hexdigest == expected
+        assert (
+            model_files.hash_file(tmp_path / name, "git-sha1", read_size=4096).hexdigest == expected
+        )
     manifest = manifest_from_directory(
         tmp_path, repo="o/n", revision=SHA, lfs_threshold=1 << 30, lfs_patterns=()
     )
@@ -409,7 +411,7 @@ def test_hub_manifest_from_recorded_answer(hub: FakeHub) -> None:
     assert (shard.kind, shard.digest, shard.size) == ("lfs", sibling["lfs"]["sha256"], 65_536)
     config = by_path["config.json"]
     assert config.kind == "git"
-    assert config.digest == git_blob_sha1(tiny_repo.FILES["config.json"])
+    assert config.digest == model_files.git_blob_sha1(tiny_repo.FILES["config.json"])
     (request,) = hub.requests
     assert request.method == "GET"
     assert request.url.path == MODEL_PATH + tiny_repo.REVISION

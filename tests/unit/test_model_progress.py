@@ -10,10 +10,13 @@ import tiny_repo
 from cli_helpers import invoke
 from rich.console import Console
 
-from ansible_collections.gx10.cluster.plugins.module_utils import model_files
+from gx10._collection import load
 from gx10.model import manifest_from_directory, save_manifest
-from gx10.model.hashing import HashJob, hash_many
 from gx10.progress import ByteProgress
+
+model_files = load("model_files")
+HashJob = model_files.HashJob
+hash_many = model_files.hash_many
 
 READ = 4096
 

@@ -1,8 +1,9 @@
-"""`gx10 model sync`: per-node totals from the model_fetch results, and the exit code.
+"""`gx10 model sync`: per-node totals from the role's model_sync_result, and the exit code.
 
 `provision()` is replaced by a fake that feeds the events a real run of playbooks/model.yml sends
 (the shape of ansible-runner's job events: event, event_data.host/task/task_path/
-resolved_action/res) and returns the run's result.
+resolved_action/res; the role's declared result is the set_fact event of `model_sync_result`,
+see tests/fixtures/runner-events/ for recorded ones) and returns the run's result.
 """
 
 from __future__ import annotations
@@ -31,17 +32,37 @@ SHARD = "model-00007-of-00048.safetensors"
 def _event(
     host: str, where: str, res: dict[str, Any], *, failed: bool = False, role: str = "model_sync"
 ) -> dict[str, Any]:
+    """The model_sync role's published `model_sync_result` for pass `where` (its set_fact event);
+    for another role, that role's own model_fetch result, which is not this stage's."""
+    if role != "model_sync":
+        return {
+            "event": "runner_on_failed" if failed else "runner_on_ok",
+            "event_data": {
+                "host": host,
+                "task": f"a task in {where}",
+                "task_path": f"/srv/gx10/roles/{role}/tasks/{where}.yml:5",
+                "task_action": "gx10.cluster.model_fetch",
+                "resolved_action": "gx10.cluster.model_fetch",
+                "res": {"failed": failed, **res},
+            },
+        }
+    published = {"schema": 1, "pass": where, "failed": failed, "result": res}
     return {
-        "event": "runner_on_failed" if failed else "runner_on_ok",
+        "event": "runner_on_ok",
         "event_data": {
             "host": host,
-            "task": f"a task in {where}",
-            "task_path": f"/srv/gx10/roles/{role}/tasks/{where}.yml:5",
-            "task_action": "gx10.cluster.model_fetch",
-            "resolved_action": "gx10.cluster.model_fetch",
-            "res": {"failed": failed, **res},
+            "task": "Publish this pass as model_sync_result",
+            "task_path": "/srv/gx10/roles/model_sync/tasks/publish.yml:7",
+            "task_action": "ansible.builtin.set_fact",
+            "resolved_action": "ansible.builtin.set_fact",
+            "res": {"ansible_facts": {"model_sync_result": published}, "changed": False},
         },
     }
+
+
+def _pass(event: dict[str, Any]) -> str | None:
+    facts = event["event_data"]["res"].get("ansible_facts", {})
+    return facts.get("model_sync_result", {}).get("pass")
 
 
 def _res(**changes: Any) -> dict[str, Any]:
@@ -259,8 +280,8 @@ def test_a_fetch_failure_on_the_head_leaves_every_node_unverified(fake: FakeProv
 
 
 def test_a_successful_run_without_a_verify_result_is_not_verified(fake: FakeProvision) -> None:
-    """Fail safe: no verify.yml result for a node (skipped, or events we cannot read)."""
-    fake.events = [e for e in FIRST_SYNC if "verify.yml" not in e["event_data"]["task_path"]]
+    """Fail safe: no verify result for a node (skipped, or events we cannot read)."""
+    fake.events = [e for e in FIRST_SYNC if _pass(e) != "verify"]
     run = invoke(["model", "sync", "-i", "inv", "--json"])
     assert run.code == 2
     assert json.loads(run.stdout)["unverified"] == ["gx10-a", "gx10-b"]
@@ -324,3 +345,59 @@ def test_every_node_verified_but_the_playbook_failed_exits_2(fake: FakeProvision
     assert run.code == 2
     assert "FAILED: the playbook failed (status=failed, rc=2)" in run.stdout
     assert "Stop the peer server: unit not loaded" in run.stdout
+
+
+# --- the reader against recorded events -------------------------------------------------------
+
+RECORDED = Path(__file__).resolve().parents[1] / "fixtures/runner-events/model_sync_verify.json"
+
+
+def test_the_reader_takes_the_recorded_published_result_not_the_module_event() -> None:
+    """Recorded ansible-runner events of verify.yml: failed (a file missing), then ok."""
+    events = json.loads(RECORDED.read_text(encoding="utf-8"))
+    module_failed, published_failed, module_ok, published_ok = events
+    assert module_failed["event"] == "runner_on_failed"
+    # The module's own events say nothing to the reader: only the declared fact does.
+    assert sync_module.read_result(module_failed) is None
+    assert sync_module.read_result(module_ok) is None
+    failed = sync_module.read_result(published_failed)
+    assert failed is not None
+    host, kind, outcome = failed
+    assert (host, kind, outcome.failed) == ("gx10-a", "verify", True)
+    assert outcome.res["ok"] is False
+    assert outcome.res["failures"] == [
+        {"path": "missing.bin", "status": "missing", "message": "missing"}
+    ]
+    ok = sync_module.read_result(published_ok)
+    assert ok is not None
+    assert (ok[0], ok[1], ok[2].failed, ok[2].res["ok"]) == ("gx10-a", "verify", False, True)
+
+
+def test_a_node_is_verified_from_the_recorded_events_alone() -> None:
+    events = json.loads(RECORDED.read_text(encoding="utf-8"))
+    reader = sync_module.SyncEvents()
+    for event in events[:2]:
+        reader(event)
+    first = reader.result(_run()).nodes[0]
+    assert (first.node, first.verified) == ("gx10-a", False)
+    assert [p.path for p in first.problems] == ["missing.bin"]
+    for event in events[2:]:
+        reader(event)
+    again = reader.result(_run()).nodes[0]
+    assert (again.node, again.verified, again.files, again.bytes_total) == ("gx10-a", True, 1, 6)
+
+
+def test_another_schema_or_pass_is_not_read() -> None:
+    for published in (
+        {"schema": 2, "pass": "verify", "failed": False, "result": {"ok": True}},
+        {"schema": 1, "pass": "serve", "failed": False, "result": {"ok": True}},
+        {"schema": 1, "pass": "verify", "failed": False, "result": "ok"},
+    ):
+        event = _event("gx10-a", "verify", {})
+        event["event_data"]["res"]["ansible_facts"]["model_sync_result"] = published
+        assert sync_module.read_result(event) is None, published
+    unsure = _event("gx10-a", "verify", _res())
+    unsure["event_data"]["res"]["ansible_facts"]["model_sync_result"]["failed"] = "False"
+    read = sync_module.read_result(unsure)
+    assert read is not None
+    assert read[2].failed is True  # not a plain boolean "no": never counted as verified

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import Any, Literal, cast
 
-from gx10.doctor._collection import module_utils
+from gx10._collection import load as module_utils
 
 Severity = Literal["error", "warning"]
 CLUSTER = "cluster"  # Finding.node of a finding about the cluster as a whole

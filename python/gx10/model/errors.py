@@ -1,53 +1,50 @@
-"""Typed errors of the model layer.
+"""The errors of the model layer: the gx10.cluster collection's ``model_errors`` classes.
 
-Every one is a `Gx10Error`, so the CLI maps it to exit code 1 (setup error). A verification that
-finds a bad file is not an error: `verify()` returns a report with `ok == False`.
+One hierarchy, not a copy: these names ARE the collection's classes (the model_plan action and the
+nodes' model_fetch raise them too), rooted at ``ModelError``. They are deliberately not
+``Gx10Error`` subclasses, because the collection imports nothing from ``gx10``; the CLI maps
+``ModelError`` to exit code 1 (setup error) next to ``Gx10Error``, as it did when these were
+``Gx10Error``s. A verification that finds a bad file is not an error: `verify()` returns a report
+with ``ok == False``.
 """
 
 from __future__ import annotations
 
-from gx10.errors import Gx10Error
+from typing import TYPE_CHECKING
 
+from gx10._collection import load
 
-class ManifestError(Gx10Error):
-    """A manifest is malformed: the message names the field, the bad value and the fix."""
+if TYPE_CHECKING:
+    from ansible_collections.gx10.cluster.plugins.module_utils import model_errors
+else:
+    model_errors = load("model_errors")
 
+ModelError = model_errors.ModelError
+ManifestError = model_errors.ManifestError
+CatalogError = model_errors.CatalogError
+PlanDoesNotFitError = model_errors.PlanDoesNotFitError
+VerifyError = model_errors.VerifyError
+CacheLockTimeout = model_errors.CacheLockTimeout
+InstallError = model_errors.InstallError
+CorruptPartialError = model_errors.CorruptPartialError
+IncompletePartialError = model_errors.IncompletePartialError
+HubError = model_errors.HubError
+HubRepoNotFoundError = model_errors.HubRepoNotFoundError
+HubRevisionNotFoundError = model_errors.HubRevisionNotFoundError
+HubAccessError = model_errors.HubAccessError
 
-class HubError(Gx10Error):
-    """The Hub could not be asked, or answered something we cannot use."""
-
-
-class HubRepoNotFoundError(HubError):
-    """The repository does not exist, or is private/gated and the token cannot see it."""
-
-
-class HubRevisionNotFoundError(HubError):
-    """The repository exists but has no such revision."""
-
-
-class HubAccessError(HubError):
-    """The repository is gated or the token lacks permission."""
-
-
-class VerifyError(Gx10Error):
-    """Verification could not start (the target is not a directory, bad job count)."""
-
-
-class InstallError(Gx10Error):
-    """A `.partial` file could not be installed; the destination is untouched."""
-
-
-class CorruptPartialError(InstallError):
-    """The `.partial` file has the wrong content or is too long; it has been removed."""
-
-
-class IncompletePartialError(InstallError):
-    """The `.partial` file is shorter than expected; it is kept so the fetch can resume."""
-
-
-class CatalogError(Gx10Error):
-    """Unknown checkpoint name."""
-
-
-class PlanDoesNotFitError(Gx10Error):
-    """A checkpoint does not fit the nodes of a plan; the message has the numbers."""
+__all__ = [
+    "CacheLockTimeout",
+    "CatalogError",
+    "CorruptPartialError",
+    "HubAccessError",
+    "HubError",
+    "HubRepoNotFoundError",
+    "HubRevisionNotFoundError",
+    "IncompletePartialError",
+    "InstallError",
+    "ManifestError",
+    "ModelError",
+    "PlanDoesNotFitError",
+    "VerifyError",
+]

@@ -2,21 +2,21 @@
 
 The stage is `playbooks/site.yml --tags model` (the validate play, tagged `always`, computes the
 cluster plan first; then playbooks/model.yml) run through `gx10.provision.provision()`. The
-figures come from the results of the role's `gx10.cluster.model_fetch` tasks, told apart by the
-task file they come from (roles/model_sync/tasks/): `need.yml` (a worker's check-mode probe),
-`fetch.yml` (the fetch) and `verify.yml` (each node verifies its own copy once every fetch is
-done).
+figures come from the role's declared result (roles/model_sync/README.md): after each of its
+`gx10.cluster.model_fetch` passes, failed or not, the role sets the fact `model_sync_result`,
+`{schema: 1, pass: need|fetch|verify, failed: bool, result: {...}}`; `need` is a worker's
+check-mode probe, `fetch` the fetch, `verify` each node verifying its own copy once every fetch is
+done. This module reads that fact from the set_fact events, never task names or files.
 
-A node counts as verified only if its `verify.yml` pass returned ok: a playbook that ends early,
-a limit that skips the step, or events this code cannot read all leave the node unverified,
-never wrongly verified.
+A node counts as verified only if its `verify` pass returned ok: a playbook that ends early, a
+limit that skips the step, or events this code cannot read (another schema) all leave the node
+unverified, never wrongly verified.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import PurePath
 from typing import Any, Literal
 
 from gx10.provision import EventHandler, PathLike, ProvisionResult, provision
@@ -24,8 +24,9 @@ from gx10.provision import EventHandler, PathLike, ProvisionResult, provision
 PLAYBOOK = "site.yml"
 TAGS = ("model",)
 CONTROLLER_HOSTS = frozenset({"localhost"})
-MODULE = "gx10.cluster.model_fetch"
-ROLE = "model_sync"
+RESULT_FACT = "model_sync_result"
+"""The fact the model_sync role publishes each pass under (its README declares it)."""
+RESULT_SCHEMA = 1
 
 Pass = Literal["need", "fetch", "verify"]
 _PASSES: tuple[Pass, ...] = ("need", "fetch", "verify")
@@ -162,16 +163,10 @@ class SyncEvents:
             self._on_event(event)
 
     def _record(self, event: Mapping[str, Any]) -> None:
-        name = event.get("event")
-        if name not in ("runner_on_ok", "runner_on_failed"):
+        published = read_result(event)
+        if published is None:
             return
-        data = event.get("event_data") or {}
-        kind = _pass_of(data)
-        res = data.get("res")
-        host = data.get("host")
-        if kind is None or not isinstance(res, Mapping) or not isinstance(host, str):
-            return
-        outcome = _Outcome(failed=name == "runner_on_failed" or bool(res.get("failed")), res=res)
+        host, kind, outcome = published
         node = self._nodes.setdefault(host, _Node())
         node.passes[kind] = outcome
         if outcome.failed:
@@ -211,21 +206,26 @@ class SyncEvents:
         )
 
 
-def _pass_of(data: Mapping[str, Any]) -> Pass | None:
-    """Which of the role's model_fetch tasks an event is from, if any."""
-    action = str(data.get("resolved_action") or data.get("task_action") or "")
-    if action not in (MODULE, "model_fetch"):
+def read_result(event: Mapping[str, Any]) -> tuple[str, Pass, _Outcome] | None:
+    """(host, pass, outcome) of a runner event that sets the role's `model_sync_result`, if any."""
+    if event.get("event") != "runner_on_ok":
         return None
-    task_path = str(data.get("task_path") or "")
-    if not task_path:
+    data = event.get("event_data")
+    if not isinstance(data, Mapping):
         return None
-    path = PurePath(task_path.rsplit(":", 1)[0])
-    if ROLE not in path.parts:
+    host, res = data.get("host"), data.get("res")
+    facts = res.get("ansible_facts") if isinstance(res, Mapping) else None
+    published = facts.get(RESULT_FACT) if isinstance(facts, Mapping) else None
+    if not isinstance(host, str) or not isinstance(published, Mapping):
         return None
-    for kind in _PASSES:
-        if path.stem == kind:
-            return kind
-    return None
+    kind, result = published.get("pass"), published.get("result")
+    if published.get("schema") != RESULT_SCHEMA or kind not in _PASSES:
+        return None
+    if not isinstance(result, Mapping):
+        return None
+    failed = published.get("failed") is not False  # anything but a plain "no" counts as failed
+    pass_name: Pass = kind
+    return host, pass_name, _Outcome(failed=failed, res=result)
 
 
 def _reason(name: str, node: _Node, run: ProvisionResult) -> str:

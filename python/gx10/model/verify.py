@@ -16,26 +16,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from gx10._collection import load
+from gx10.model.manifest import Manifest
 
 # The rules live in the collection (the nodes run them too); this module adds the manifest.
-from ansible_collections.gx10.cluster.plugins.module_utils.model_files import (
-    CACHE_NAME,
-    CACHE_VERSION,
-    LOCK_TIMEOUT_S,
-    CacheEntry,
-    Expected,
-    FileResult,
-    Status,
-    Verification,
-    VerifyInputError,
-    load_cache,
-    update_cache,
-    verify_files,
-)
-from gx10.model.errors import VerifyError
-from gx10.model.hashing import READ_SIZE, ProgressCallback
-from gx10.model.manifest import Manifest
+if TYPE_CHECKING:
+    from ansible_collections.gx10.cluster.plugins.module_utils import model_files
+else:
+    model_files = load("model_files")
+
+CACHE_NAME = model_files.CACHE_NAME
+CACHE_VERSION = model_files.CACHE_VERSION
+LOCK_TIMEOUT_S = model_files.LOCK_TIMEOUT_S
+READ_SIZE = model_files.READ_SIZE
+CacheEntry = model_files.CacheEntry
+Expected = model_files.Expected
+FileResult = model_files.FileResult
+Status = model_files.Status
+Verification = model_files.Verification
+load_cache = model_files.load_cache
+update_cache = model_files.update_cache
 
 __all__ = [
     "CACHE_NAME",
@@ -83,7 +85,7 @@ def verify(
     *,
     jobs: int | None = None,
     reverify: bool = False,
-    progress: ProgressCallback | None = None,
+    progress: model_files.ProgressCallback | None = None,
     use_cache: bool = True,
     cache_path: Path | None = None,
     read_size: int = READ_SIZE,
@@ -94,18 +96,15 @@ def verify(
     the total. A directory that does not exist is a report with every file missing (a node that
     lost its copy), not an error; a path that exists but is not a directory is a `VerifyError`.
     """
-    try:
-        found = verify_files(
-            directory,
-            expected_of(manifest),
-            jobs=jobs,
-            reverify=reverify,
-            progress=progress,
-            use_cache=use_cache,
-            cache_path=cache_path,
-            read_size=read_size,
-        )
-    except VerifyInputError as exc:
-        raise VerifyError(str(exc)) from None
+    found = model_files.verify_files(
+        directory,
+        expected_of(manifest),
+        jobs=jobs,
+        reverify=reverify,
+        progress=progress,
+        use_cache=use_cache,
+        cache_path=cache_path,
+        read_size=read_size,
+    )
     found_fields = {field.name: getattr(found, field.name) for field in fields(found)}
     return VerifyReport(**found_fields, repo=manifest.repo, revision=manifest.revision)

@@ -2,8 +2,9 @@
 """Model files: hashing, verification against a manifest, the verification cache, safe install.
 
 Standard library only: this runs on the nodes (python3 and nothing else) inside the
-gx10.cluster.model_fetch module, and on the controller through ``gx10.model``, which re-exports it
-so there is one implementation of every rule.
+gx10.cluster.model_fetch module, and on the controller through ``gx10.model``, which loads it
+(``gx10._collection``) so there is one implementation of every rule. Its errors are
+``model_errors``'s.
 
 - Hashing: sha256 of the content (the Hub's ``lfs.sha256``) or the git blob sha1
   (``sha1(b"blob <size>\\0" + content)``, the Hub's ``blobId``, what ``git hash-object`` prints),
@@ -42,7 +43,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
+
+from ansible_collections.gx10.cluster.plugins.module_utils.model_errors import (
+    CacheLockTimeout,
+    CorruptPartialError,
+    IncompletePartialError,
+    InstallError,
+    VerifyError,
+)
 
 Algo = Literal["sha256", "git-sha1"]
 Status = Literal["ok", "missing", "size_mismatch", "hash_mismatch", "unreadable", "extra"]
@@ -60,30 +69,6 @@ CACHE_VERSION = 1
 LOCK_TIMEOUT_S = 60.0
 PARTIAL_SUFFIX = ".partial"
 DIGEST_LENGTH: dict[str, int] = {"sha256": 64, "git-sha1": 40}
-
-
-class ModelFilesError(Exception):
-    """Base of the errors raised here; the message says what is wrong and what to do."""
-
-
-class VerifyInputError(ModelFilesError):
-    """The directory or an argument cannot be verified at all."""
-
-
-class CacheLockTimeout(ModelFilesError):
-    """Another verifier held the cache lock for longer than the timeout."""
-
-
-class InstallError(ModelFilesError):
-    """A .partial could not be installed; the destination is untouched."""
-
-
-class CorruptPartialError(InstallError):
-    """The .partial is too long or has the wrong hash; it was removed."""
-
-
-class IncompletePartialError(InstallError):
-    """The .partial is shorter than expected; it was kept so the fetch can resume."""
 
 
 # --- hashing ---------------------------------------------------------------------------------
@@ -300,6 +285,19 @@ class Expected:
     digest: str
 
 
+class Pinned(Protocol):
+    """What ``install_verified`` needs of a pinned file: an ``Expected`` or a manifest's file."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def algo(self) -> Algo: ...
+    @property
+    def digest(self) -> str: ...
+
+
 def path_problems(path: object) -> list[str]:
     """Why `path` cannot name a file inside a model directory (empty list: it can)."""
     if not isinstance(path, str) or not path:
@@ -327,7 +325,7 @@ def path_problems(path: object) -> list[str]:
 def expected_from_dicts(files: Sequence[Mapping[str, Any]]) -> list[Expected]:
     """Manifest file items (``path``, ``size``, ``sha256`` or ``git_sha1``) as Expected.
 
-    Raises VerifyInputError listing every malformed item: the node re-checks what the controller
+    Raises VerifyError listing every malformed item: the node re-checks what the controller
     validated, because a module argument can come from anywhere.
     """
     problems: list[str] = []
@@ -361,7 +359,7 @@ def expected_from_dicts(files: Sequence[Mapping[str, Any]]) -> list[Expected]:
         seen.add(path)
         result.append(Expected(path, size, algo, str(item[found[0]])))
     if problems:
-        raise VerifyInputError("bad manifest file list: " + "; ".join(problems))
+        raise VerifyError("bad manifest file list: " + "; ".join(problems))
     return result
 
 
@@ -508,14 +506,14 @@ def verify_files(
     """Check every expected file under `directory`; never modifies or deletes a model file.
 
     A directory that does not exist is every file missing (a node that lost its copy), not an
-    error; a path that exists but is not a directory is a VerifyInputError.
+    error; a path that exists but is not a directory is a VerifyError.
     """
     started = time.monotonic()
     workers = jobs if jobs is not None else default_workers()
     if workers < 1:
-        raise VerifyInputError(f"jobs must be at least 1, got {workers}")
+        raise VerifyError(f"jobs must be at least 1, got {workers}")
     if directory.exists() and not directory.is_dir():
-        raise VerifyInputError(f"{directory} is not a directory; give the checkpoint directory")
+        raise VerifyError(f"{directory} is not a directory; give the checkpoint directory")
     cache_file = (cache_path or directory / CACHE_NAME) if use_cache else None
     notes: list[str] = []
     if not directory.exists():
@@ -814,7 +812,7 @@ def partial_path(dest: Path) -> Path:
 def install_verified(
     tmp_partial: Path,
     dest: Path,
-    expected: Expected,
+    expected: Pinned,
     *,
     cache_root: Path | None = None,
     cache_path: Path | None = None,
@@ -884,7 +882,7 @@ def _install(partial: Path, dest: Path, verified: FileStamp) -> None:
     _fsync_dir(dest.parent)
 
 
-def _record(cache_file: Path, dest: Path, expected: Expected, verified: FileStamp) -> bool:
+def _record(cache_file: Path, dest: Path, expected: Pinned, verified: FileStamp) -> bool:
     try:
         st = dest.stat()
         # The rename changes ctime only; anything else means the file is not the one we hashed.

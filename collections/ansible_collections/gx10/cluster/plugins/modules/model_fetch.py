@@ -190,12 +190,14 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gx10.cluster.plugins.module_utils.model_files import (
+from ansible_collections.gx10.cluster.plugins.module_utils.model_errors import (
     CorruptPartialError,
-    Expected,
     IncompletePartialError,
     InstallError,
-    ModelFilesError,
+    ModelError,
+)
+from ansible_collections.gx10.cluster.plugins.module_utils.model_files import (
+    Expected,
     Verification,
     expected_from_dicts,
     install_verified,
@@ -423,7 +425,7 @@ def check_inputs(module: AnsibleModule) -> tuple[Path, list[Expected], Source | 
         module.fail_json(msg=f"dest must be an absolute path, got {params['dest']!r}")
     try:
         expected = expected_from_dicts(params["files"])
-    except ModelFilesError as exc:
+    except ModelError as exc:
         module.fail_json(msg=str(exc))
     source = None
     if params["source"] is not None:
@@ -535,7 +537,7 @@ def run(module: AnsibleModule) -> dict[str, Any]:
     jobs = params["jobs"] or None
     try:
         before = verify_files(dest, expected, reverify=params["reverify"], jobs=jobs)
-    except ModelFilesError as exc:
+    except ModelError as exc:
         module.fail_json(msg=str(exc))
     by_path = {e.path: e for e in expected}
     todo = [by_path[r.path] for r in before.failures]

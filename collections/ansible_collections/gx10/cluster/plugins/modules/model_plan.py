@@ -9,9 +9,9 @@ module: model_plan
 short_description: Load the checkpoint manifest on the controller and check the plan fits
 version_added: 0.1.0
 description:
-  - Loads I(manifest) with the gx10 package's strict loader (schema, sizes, hash formats, no path
-    that could escape the model directory, no duplicates) and fails naming every problem, before
-    any node is touched.
+  - Loads I(manifest) with the collection's strict loader (module_utils model_manifest; schema,
+    sizes, hash formats, no path that could escape the model directory, no duplicates) and fails
+    naming every problem, before any node is touched.
   - Looks the checkpoint up in the catalog (FIELD_NOTES section 1) by I(checkpoint) or the
     manifest's repository, or uses the manifest's own size for a checkpoint the catalog lacks,
     and refuses a plan whose nodes cannot hold the weights, with the numbers.

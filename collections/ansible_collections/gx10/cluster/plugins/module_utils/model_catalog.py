@@ -1,9 +1,13 @@
+# SPDX-License-Identifier: Apache-2.0
 """The checkpoint catalog (FIELD_NOTES.md section 1) and the fit check for a plan.
 
 Sizes are the reported checkpoint sizes in GB, in the same unit as the ~121 GB a GB10 node has
 usable. Tensor parallelism splits the weights evenly, so a plan of N nodes needs size / N per node.
 The fit check is about weights only: KV cache and activations need room on top, which
 `reserve_gb_per_node` can set aside (the field notes give no figure, so the default is 0).
+
+Standard library only: the model_plan action runs it on the controller before any node is
+touched, and ``gx10.model`` (``gx10 model ...``) exposes the same objects.
 """
 
 from __future__ import annotations
@@ -11,7 +15,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gx10.model.errors import CatalogError, PlanDoesNotFitError
+from ansible_collections.gx10.cluster.plugins.module_utils.model_errors import (
+    CatalogError,
+    PlanDoesNotFitError,
+)
 
 USABLE_GB_PER_NODE = 121.0
 """Usable unified memory of one GB10 node (ASUS Ascent GX10 / DGX Spark), per the field notes."""
