@@ -52,7 +52,8 @@ from gx10.bench.clocks import (
 from gx10.bench.matrix import build_config
 from gx10.bench.nodes import Cluster, Node
 from gx10.bench.report import TITLES, build_report
-from gx10.bench.runner import RunOutcome, run_bench
+from gx10.bench.results import RunOutcome
+from gx10.bench.runner import run_bench
 from gx10.bench.telemetry import Sample, TelemetryHub
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -27,7 +27,8 @@ from rich.console import Console
 from gx10.bench.client import BenchError, Endpoint, PaddingFailed, PromptBuilder
 from gx10.bench.matrix import MatrixError, build_config
 from gx10.bench.report import TITLES, build_report
-from gx10.bench.runner import LockHeldError, RunOutcome, run_bench, run_lock
+from gx10.bench.results import RunOutcome
+from gx10.bench.runner import LockHeldError, run_bench, run_lock
 from gx10.cli import main
 
 SCALE = 0.02

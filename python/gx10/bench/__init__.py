@@ -3,11 +3,13 @@
 
 matrix: what to run (defaults, run file, flags, validation); client: the wire (limits, counters,
 prompts, one streamed request); metrics: figures and cache-hit flags; runner: the run (lock,
-resume, progress, results files); report: HTML and markdown from the results.
+resume, progress); results: the results files and the run's outcome; guard: the nodes' side of
+a run with an inventory (clock sessions, limits, telemetry); report: HTML and markdown.
 """
 
 from gx10.bench.matrix import Case, MatrixError, RunConfig, build_config, load_run_file
-from gx10.bench.runner import LockHeldError, RunOutcome, run_bench
+from gx10.bench.results import RunOutcome
+from gx10.bench.runner import LockHeldError, run_bench
 
 __all__ = [
     "Case",

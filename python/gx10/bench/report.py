@@ -30,7 +30,7 @@ from matplotlib.figure import Figure
 
 from gx10.bench.matrix import UNLOCKED
 from gx10.bench.metrics import flag_cache_hits
-from gx10.bench.runner import TELEMETRY_FILE, load_results
+from gx10.bench.results import TELEMETRY_FILE, load_results
 from gx10.bench.telemetry import read_csv
 from gx10.errors import Gx10Error
 

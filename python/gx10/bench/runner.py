@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import csv
-import datetime as dt
 import functools
 import json
 import os
@@ -32,7 +30,6 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,17 +58,15 @@ from gx10.bench.client import (
     server_info,
     stream_chat,
 )
-from gx10.bench.clocks import (
-    ClockController,
-    SweepAborted,
-    Terminated,
-    Thresholds,
-    default_owner,
-    terminate_as_exception,
-)
 
 # Re-exported (the `as` tells mypy so): the controller's lock and the nodes' raise the same error.
 from gx10.bench.clocks import LockHeldError as LockHeldError  # noqa: PLC0414
+from gx10.bench.clocks import (
+    SweepAborted,
+    Terminated,
+    terminate_as_exception,
+)
+from gx10.bench.guard import NodeGuard
 from gx10.bench.matrix import (
     Case,
     Limits,
@@ -82,84 +77,15 @@ from gx10.bench.matrix import (
 )
 from gx10.bench.metrics import (
     case_figures,
-    case_telemetry,
     counter_delta,
     flag_cache_hits,
     request_figures,
 )
 from gx10.bench.nodes import Cluster
-from gx10.bench.telemetry import TelemetryHub
+from gx10.bench.results import SCHEMA, RunOutcome, load_results, now, write_results
 from gx10.errors import Gx10Error
 
-SCHEMA = 1
 LOCK_ENV = "GX10_BENCH_LOCK"
-CASE_COLUMNS = (
-    "id",
-    "prompt_tokens",
-    "concurrency",
-    "clock_cap",
-    "status",
-    "requests",
-    "requests_ok",
-    "requests_failed",
-    "wall_s",
-    "aggregate_tps",
-    "completion_tokens",
-    "ttft_s.mean",
-    "ttft_s.p50",
-    "ttft_s.p90",
-    "ttft_s.p99",
-    "prefill_tps.mean",
-    "prefill_tps.p50",
-    "prefill_tps.p90",
-    "prefill_tps.p99",
-    "decode_tps.mean",
-    "decode_tps.p50",
-    "decode_tps.p90",
-    "decode_tps.p99",
-    "generation_tokens_delta",
-    "spec_acceptance_rate",
-    "power_w_total",
-    "temperature_c_max",
-    "sm_clock_mhz_mean",
-    "tps_per_w",
-    "decode_tps_per_w",
-    "cache_hit_source",
-    "flags",
-    "errors",
-)
-# Per node (with an inventory), after CASE_COLUMNS: NODE.power_w.mean and so on.
-NODE_COLUMNS = (
-    "power_w.mean",
-    "power_w.max",
-    "temperature_c.mean",
-    "temperature_c.max",
-    "sm_clock_mhz.mean",
-    "samples",
-)
-TELEMETRY_FILE = "telemetry.csv"
-WATCH_INTERVAL_S = 0.5  # how often a running case checks the temperatures
-REQUEST_COLUMNS = (
-    "case",
-    "index",
-    "ok",
-    "error",
-    "status",
-    "target_tokens",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "finish_reason",
-    "sent",
-    "first_token",
-    "last_token",
-    "done",
-    "ttft_s",
-    "prefill_tps",
-    "decode_tps",
-    "e2e_s",
-    "chunks",
-)
 
 
 def default_lock_path() -> Path:
@@ -196,7 +122,7 @@ def run_lock(path: Path, out: Path, command: str) -> Iterator[None]:
             json.dumps(
                 {
                     "pid": os.getpid(),
-                    "started": _now(),
+                    "started": now(),
                     "command": command,
                     "out": str(out),
                 }
@@ -208,100 +134,6 @@ def run_lock(path: Path, out: Path, command: str) -> Iterator[None]:
         with contextlib.suppress(OSError):
             holder.unlink()
         lock.release()
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
-@dataclass
-class RunOutcome:
-    out: Path
-    cases: list[dict[str, Any]] = field(default_factory=list)
-    ran: int = 0
-    skipped: int = 0  # finished earlier and kept (resume)
-    scale: float = 1.0
-    notes: list[str] = field(default_factory=list)
-    aborted: str | None = None  # why the rest of the sweep was skipped
-    restore: dict[str, dict[str, Any]] = field(default_factory=dict)  # per node, with -i
-
-    @property
-    def failed(self) -> list[dict[str, Any]]:
-        return [c for c in self.cases if c["status"] != "ok"]
-
-
-def load_results(out: Path) -> dict[str, Any] | None:
-    path = out / "results.json"
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise Gx10Error(f"{path} is unreadable ({exc}); move it away or use another --out") from exc
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise Gx10Error(f"{path} is not a gx10 bench results file (schema {SCHEMA})")
-    return data
-
-
-def write_results(out: Path, document: Mapping[str, Any]) -> None:
-    """results.json (atomically), results.csv (per case), requests.csv (per request)."""
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / ".results.json.tmp"
-    tmp.write_text(json.dumps(document, indent=1, default=str), encoding="utf-8")
-    os.replace(tmp, out / "results.json")
-    cases = list(document.get("cases", {}).values())
-    nodes = [n["name"] for n in document.get("nodes") or []]
-    node_columns = [f"{node}.{column}" for node in nodes for column in NODE_COLUMNS]
-    with (out / "results.csv").open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow([*CASE_COLUMNS, *node_columns])
-        for case in cases:
-            row = [_csv_value(case, column) for column in CASE_COLUMNS]
-            telemetry = case.get("telemetry") or {}
-            for node in nodes:
-                figures = (telemetry.get("nodes") or {}).get(node) or {}
-                for column in NODE_COLUMNS:
-                    key, _, stat = column.partition(".")
-                    value = figures.get(key)
-                    row.append(_fmt(value.get(stat) if stat and value else value))
-            writer.writerow(row)
-    with (out / "requests.csv").open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(REQUEST_COLUMNS)
-        for case in cases:
-            for row in case.get("request_results", []):
-                writer.writerow(
-                    [case["id"] if c == "case" else _fmt(row.get(c)) for c in REQUEST_COLUMNS]
-                )
-
-
-def _csv_value(case: Mapping[str, Any], column: str) -> str:
-    if column == "generation_tokens_delta":
-        return _fmt(case.get("server", {}).get("delta", {}).get("vllm:generation_tokens_total"))
-    if column == "spec_acceptance_rate":
-        return _fmt(case.get("server", {}).get("delta", {}).get("spec_acceptance_rate"))
-    if column in ("flags", "errors"):
-        return "; ".join(case.get(column) or [])
-    if column in _TELEMETRY_COLUMNS:
-        return _fmt((case.get("telemetry") or {}).get(column))
-    key, _, sub = column.partition(".")
-    value = case.get(key)
-    if sub:
-        value = (value or {}).get(sub)
-    return _fmt(value)
-
-
-_TELEMETRY_COLUMNS = frozenset(
-    {"power_w_total", "temperature_c_max", "sm_clock_mhz_mean", "tps_per_w", "decode_tps_per_w"}
-)
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -322,7 +154,7 @@ async def run_case(
         "prompt_tokens": case.prompt_tokens,
         "concurrency": case.concurrency,
         "clock_cap": case.clock_cap,
-        "started_at": _now(),
+        "started_at": now(),
         "time_scale": scale,
         "errors": [],
         "flags": [],
@@ -450,160 +282,8 @@ def _failed_case(case: Case, error: str) -> dict[str, Any]:
 
 def _skipped_case(case: Case, reason: str) -> dict[str, Any]:
     record = _failed_case(case, f"skipped: {reason}")
-    record.update(status="skipped", skip_reason=reason, started_at=_now())
+    record.update(status="skipped", skip_reason=reason, started_at=now())
     return record
-
-
-class NodeGuard:
-    """The nodes' side of a run with an inventory: clock sessions, caps, telemetry, limits."""
-
-    def __init__(
-        self,
-        cluster: Cluster,
-        config: RunConfig,
-        out: Path,
-        console: Console,
-        *,
-        owner: str | None = None,
-        telemetry_options: Mapping[str, Any] | None = None,
-    ) -> None:
-        self.cluster = cluster
-        self.out = out
-        self.console = console
-        interval = config.telemetry_interval_ms
-        self.thresholds = Thresholds(
-            cool_down_c=config.cool_down_c,
-            abort_c=config.abort_c,
-            cool_down_timeout_s=config.cool_down_timeout_s,
-            session_max_s=config.session_max_s,
-            poll_s=min(1.0, interval / 1000),
-            stale_s=max(15.0, 10 * interval / 1000),
-        )
-        self.hub = TelemetryHub(cluster.nodes, interval_ms=interval, **(telemetry_options or {}))
-        self.clocks = ClockController(
-            cluster.nodes,
-            self.hub,
-            self.thresholds,
-            owner or default_owner(out),
-            log=self._log,
-        )
-        self.aborted: str | None = None
-        self.pending: BaseException | None = None  # raised in the watcher, for the case
-        self.document: dict[str, Any] | None = None
-        self.entry: dict[str, Any] | None = None  # this invocation's `commands` entry
-
-    def _log(self, message: str) -> None:
-        self.console.print(f"[cyan]clock:[/] {escape(message)}")
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "inventory": list(self.cluster.sources),
-            "nodes": [
-                {"name": n.name, "group": n.group, "via": n.describe()} for n in self.cluster.nodes
-            ],
-            "safety": {
-                "cool_down_c": self.thresholds.cool_down_c,
-                "abort_c": self.thresholds.abort_c,
-                "cool_down_timeout_s": self.thresholds.cool_down_timeout_s,
-                "session_max_s": self.thresholds.session_max_s,
-                "telemetry_interval_ms": self.hub.interval_ms,
-            },
-        }
-
-    def start(self) -> None:
-        """Take every node's lock (refused if held), then start the telemetry."""
-        self.clocks.open()
-        since = self.hub.clock()
-        self.hub.start()
-        wait = max(15.0, 5 * self.hub.interval_ms / 1000)
-        missing = self.hub.wait_for(since, wait)
-        if missing:
-            said = "; ".join(self.hub.nodes[name].describe() for name in missing)
-            raise Gx10Error(
-                f"no nvidia-smi telemetry within {wait:g} s from {', '.join(missing)} ({said}): "
-                "the clock sweep's temperature limits cannot be watched without it"
-            )
-
-    async def before_case(self, case: Case) -> None:
-        """Set the case's cap, cool down, check the limits (SweepAborted when it cannot run)."""
-        self.clocks.set_cap(case.clock_cap)
-        for pause in self.clocks.cool_down_steps():
-            await asyncio.sleep(pause)
-        hazard = self.clocks.hazard()
-        if hazard:
-            raise SweepAborted(hazard)
-
-    async def watch(self, case: Case, task: asyncio.Future[Any]) -> None:
-        """Cancel the running case if a node crosses the abort limit (or a session is lost)."""
-        try:
-            while not task.done():
-                await asyncio.sleep(WATCH_INTERVAL_S)
-                hazard = self.clocks.hazard()
-                if hazard:
-                    self.aborted = f"during {case.id}: {hazard}"
-                    task.cancel()
-                    return
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # SIGTERM landing here: hand it over to the case
-            self.pending = exc
-            task.cancel()
-
-    async def case_telemetry(
-        self, start: float, end: float, record: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        """The case's telemetry figures (waiting, bounded, for the reading that covers its end)."""
-        deadline = self.hub.clock() + 2.5 * self.hub.interval_ms / 1000
-        while self.hub.missing_after(end) and self.hub.clock() < deadline:
-            await asyncio.sleep(0.05)
-        per_node = {}
-        approximate = []
-        for name in self.hub.nodes:
-            samples = self.hub.window(name, start, end)
-            if not samples:
-                after = self.hub.first_after(name, end)
-                samples = [after] if after is not None else []
-                approximate.append(name)
-            per_node[name] = samples
-        decode = (record.get("decode_tps") or {}).get("p50")
-        figures = case_telemetry(per_node, record.get("aggregate_tps"), decode, approximate)
-        figures["gaps"] = [
-            gap.to_dict()
-            for gap in self.hub.gaps()
-            if gap.start_mono <= end and (gap.end_mono is None or gap.end_mono >= start)
-        ]
-        self.hub.append_csv(self.out / TELEMETRY_FILE)
-        return figures
-
-    def finish(self, outcome: RunOutcome | None) -> None:
-        """Restore the caps and end the sessions, stop the telemetry, record both."""
-        restore: dict[str, dict[str, Any]] = {}
-        try:
-            restore = self.clocks.close()
-        finally:
-            self.hub.stop()
-            if self.document is not None and self.entry is not None:
-                self.hub.append_csv(self.out / TELEMETRY_FILE)
-                self.entry["clock"] = {
-                    "owner": self.clocks.owner,
-                    "sessions": {
-                        name: {"original": s.original, "policy": s.policy}
-                        for name, s in self.clocks.sessions.items()
-                    },
-                    "caps_set": [cap for node, cap in self.clocks.sets if node == self._head],
-                    "aborted": self.aborted,
-                    "restore": restore,
-                    "telemetry_gaps": [gap.to_dict() for gap in self.hub.gaps()],
-                }
-                self.entry["ended"] = _now()
-                write_results(self.out, self.document)
-        if outcome is not None:
-            outcome.restore = restore
-            outcome.aborted = self.aborted
-
-    @property
-    def _head(self) -> str:
-        return self.cluster.nodes[0].name
 
 
 async def _measure(
@@ -678,7 +358,7 @@ async def _run(
             await asyncio.to_thread(guard.start)
             document.update(guard.describe())
             guard.document = document
-        entry = {"started": _now(), "command": command}
+        entry = {"started": now(), "command": command}
         document["commands"].append(entry)
         if guard is not None:
             guard.entry = entry
