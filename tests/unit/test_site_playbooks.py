@@ -19,7 +19,17 @@ PLAYBOOKS = ROOT / "playbooks"
 STAGES = PLAYBOOKS / "stages"
 VALIDATE = PLAYBOOKS / "validate.yml"
 ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
-STAGE_NAMES = ("preflight", "network", "nccl", "fabric", "model", "clock", "image", "serve", "smoke")
+STAGE_NAMES = (
+    "preflight",
+    "network",
+    "nccl",
+    "fabric",
+    "model",
+    "clock",
+    "image",
+    "serve",
+    "smoke",
+)
 
 
 def imports(playbook: Path) -> list[Path]:
@@ -106,7 +116,8 @@ def list_tasks(*args: str) -> str:
 
 def play_names(listing: str) -> list[str]:
     # "  play #1 (localhost): Validate the inventory\tTAGS: [always]"
-    return [m.group(1).strip() for m in re.finditer(r"^\s*play #\d+ \([^)]*\): ([^\t\n]*)", listing, re.M)]
+    pattern = r"^\s*play #\d+ \([^)]*\): ([^\t\n]*)"
+    return [m.group(1).strip() for m in re.finditer(pattern, listing, re.M)]
 
 
 @pytest.mark.skipif(not ANSIBLE_PLAYBOOK.exists(), reason="needs ansible-playbook in the venv")
