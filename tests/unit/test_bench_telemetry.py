@@ -94,7 +94,12 @@ def test_hub_reads_every_node_and_writes_the_timeline(tmp_path: Path) -> None:
     hub.start()
     try:
         assert hub.wait_for(start, 15) == []
-        wait_for(lambda: len(hub.window("node-a", start, time.monotonic())) >= 3)
+        wait_for(
+            lambda: all(
+                len(hub.window(name, start, time.monotonic())) >= 3 for name in ("node-a", "node-b")
+            ),
+            timeout=60.0,
+        )
         latest_a, latest_b = hub.latest("node-a"), hub.latest("node-b")
         assert latest_a is not None
         assert latest_b is not None
