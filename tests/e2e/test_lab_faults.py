@@ -2,18 +2,21 @@
 
 The network stage is applied first, so each node has its netplan: after the fault, each rail
 must have carrier again, carry the node's netplan address (re-applied by the node's own
-NetworkManager, nothing re-run from here) and pass a full-size ping (9000-byte MTU, do not
+networkd, nothing re-run from here) and pass a full-size ping (9000-byte MTU, do not
 fragment) to the peer. Waits are bounded and generous: the machine is shared.
 
-The stall mode and kill-rank need a serving pair; they are tested at unit level against the
-simulator run locally (tests/unit/test_vllm_sim_stall.py) and the docker calls mocked
-(tests/unit/test_lab_faults.py), to keep the serving stage out of this file's budget.
+The stall mode and kill-rank are tried on a single-rank head started here by hand in gx10-a's
+engine as `gx10-vllm` (the serve role's container name), from the simulator image the lab
+publishes: the serving stage (a pair over the rails) is too slow for this file's budget. The
+pair's side is covered at unit level (tests/unit/test_vllm_sim_stall.py runs the simulator
+locally; tests/unit/test_lab_faults.py mocks the docker calls).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 
 import pytest
 from labtools import LAB_INVENTORY, node_sh
@@ -25,7 +28,9 @@ pytestmark = pytest.mark.lab
 A, B = "gx10-a", "gx10-b"
 RAILS = {"enp1s0f0np0": "192.168.100", "enP2p1s0f0np0": "192.168.101"}
 HOST_NUMBER = {A: 10, B: 11}
-RAIL_TIMEOUT = 180.0  # seconds for NetworkManager to re-apply both rails after a boot
+RAIL_TIMEOUT = 180.0  # seconds for networkd to re-apply both rails after a boot
+IMAGE = "gx10-registry:5000/anemll/dspark-vllm-gx10:0.1.1"  # the lab's simulator image
+PORT = 18000
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +81,24 @@ def _jumbo_pings(source: str, target: str) -> None:
         assert " 0% packet loss" in out, f"{source} -> {address} on {netdev}: {out}"
 
 
+def _engine(node: str, script: str, *, check: bool = True) -> str:
+    return node_sh(node, script, check=check).strip()
+
+
+def _pull(node: str) -> None:
+    _engine(node, f"docker image inspect {IMAGE} >/dev/null 2>&1 || docker pull -q {IMAGE}")
+
+
 def test_reboot_of_gx10_b_brings_its_rails_back(networked: None) -> None:
     _wait_rails((A, B))
+    # Two containers in its engine: one Docker restarts after a boot, one it does not.
+    _pull(B)
+    for name, policy in (("gx10-faults-kept", "unless-stopped"), ("gx10-faults-once", "no")):
+        _engine(
+            B,
+            f"docker rm -f {name} >/dev/null 2>&1; docker run -d --name {name} "
+            f"--restart {policy} --entrypoint sleep {IMAGE} infinity",
+        )
     started = node_sh(B, "systemctl show -p ActiveEnterTimestampMonotonic docker.service")
     result = lab.reboot(B, log=lambda line: print(f"lab: {line}"))
     assert result.method[B] == "rebooted (systemctl reboot)", result.method
@@ -89,6 +110,10 @@ def test_reboot_of_gx10_b_brings_its_rails_back(networked: None) -> None:
         "active",
     ]
     assert started != node_sh(B, "systemctl show -p ActiveEnterTimestampMonotonic docker.service")
+    state = "{{.State.Status}}"
+    assert _engine(B, f"docker inspect -f '{state}' gx10-faults-kept") == "running"
+    assert _engine(B, f"docker inspect -f '{state}' gx10-faults-once") == "exited"
+    _engine(B, "docker rm -f gx10-faults-kept gx10-faults-once")
     _wait_rails((A, B))
     _jumbo_pings(B, A)
 
@@ -102,3 +127,79 @@ def test_power_cut_of_both_nodes_brings_both_back(networked: None) -> None:
     _wait_rails((A, B))
     _jumbo_pings(A, B)
     _jumbo_pings(B, A)
+
+
+PROBE = """
+import json, sys, urllib.error, urllib.request
+path, timeout = sys.argv[1], float(sys.argv[2])
+body = None
+if path.endswith("completions"):
+    body = json.dumps({"model": "/model", "max_tokens": 4,
+                       "messages": [{"role": "user", "content": "Hi"}]}).encode()
+request = urllib.request.Request("http://127.0.0.1:%d" + path, data=body,
+                                 headers={"content-type": "application/json"})
+try:
+    with urllib.request.urlopen(request, timeout=timeout) as reply:
+        print(reply.status)
+except TimeoutError:
+    print("timeout")
+except urllib.error.URLError as error:
+    print("timeout" if isinstance(error.reason, TimeoutError) else f"error {error.reason}")
+"""
+
+
+def _probe(path: str, timeout: float) -> str:
+    script = PROBE % PORT
+    return _engine(A, f"docker exec gx10-vllm python3 -c '{script}' {path} {timeout}")
+
+
+@pytest.fixture
+def head_rank(lab_up: lab.LabStatus) -> Iterator[None]:
+    """A single-rank simulator head as gx10-vllm in gx10-a's engine; removed afterwards."""
+    _pull(A)
+    _engine(
+        A,
+        "docker rm -f gx10-vllm >/dev/null 2>&1; mkdir -p /tmp/gx10-faults-model && "
+        'echo \'{"architectures": ["DeepseekV4ForCausalLM"]}\' '
+        "> /tmp/gx10-faults-model/config.json",
+    )
+    _engine(
+        A,
+        "docker run -d --name gx10-vllm --label gx10.role=head --network host "
+        "-e GX10_SIM_BOOT_SECONDS=0 -v /tmp/gx10-faults-model:/model:ro "
+        f"--entrypoint vllm {IMAGE} serve /model --host 127.0.0.1 --port {PORT}",
+    )
+    try:
+        for _ in range(120):  # bounded: the head boots in a second or two
+            if (
+                _engine(
+                    A,
+                    "docker exec gx10-vllm python3 -c 'import socket; "
+                    f'socket.create_connection(("127.0.0.1", {PORT}), 1)\' '
+                    "2>/dev/null && echo up",
+                    check=False,
+                )
+                == "up"
+            ):
+                break
+            time.sleep(1)
+        assert _probe("/health", 10) == "200"
+        yield
+    finally:
+        _engine(A, "docker rm -f gx10-vllm; rm -rf /tmp/gx10-faults-model", check=False)
+
+
+def test_stall_then_kill_rank_on_a_head_in_the_lab(head_rank: None) -> None:
+    assert _probe("/v1/chat/completions", 30) == "200"
+    assert lab.stall(A)["stalled"] is True
+    assert _probe("/health", 10) == "200"
+    assert _probe("/v1/models", 10) == "200"
+    assert _probe("/v1/chat/completions", 3) == "timeout"  # no token, no answer
+    assert lab.stall(A, False)["stalled"] is False
+    assert _probe("/v1/chat/completions", 30) == "200"
+    killed = lab.kill_rank(A)
+    assert killed["role"] == "head"
+    assert "vllm" in (killed["command"] or "")
+    assert (killed["state"], killed["exit_code"]) == ("exited", 137)
+    with pytest.raises(lab.LabError, match="gx10-vllm on gx10-a is exited, not running"):
+        lab.stall(A)
