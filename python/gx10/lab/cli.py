@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from gx10 import lab as api
 from gx10.cli import EXIT_NOT_RUNNING, EXIT_OK, Parser, print_json, stdout_for
-from gx10.lab.manager import LabStatus
+from gx10.lab.manager import SERVE_CONTAINER, LabStatus, PowerResult
 
 
 def add_parser(
@@ -77,6 +77,71 @@ def add_parser(
         help="thermal time constant (default 30, 0: none)",
     )
     heat.set_defaults(handler=_run_lab_heat)
+    _add_fault_parsers(actions, json_option)
+
+
+def _add_fault_parsers(
+    actions: argparse._SubParsersAction[Parser],
+    json_option: Parser,
+) -> None:
+    """Test equipment for the supervision tests: reboots, power cuts, stalls, crashed ranks."""
+    reboot = actions.add_parser(
+        "reboot",
+        parents=[json_option],
+        help="reboot NODE (systemctl reboot inside; rails recabled)",
+        description=(
+            "Reboot NODE as on hardware: `systemctl reboot` inside (its units stop in order), "
+            "forced with `docker kill` if it has not stopped after --stop-timeout seconds; then "
+            "its systemd boots again, its enabled units and restart-policy containers come back "
+            "by themselves, and its rail cables are recreated with the same names and MACs."
+        ),
+    )
+    reboot.add_argument("node", metavar="NODE", help="a lab node, e.g. gx10-b")
+    reboot.add_argument(
+        "--stop-timeout",
+        type=_stop_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long the graceful shutdown may take before it is forced (default 60)",
+    )
+    reboot.set_defaults(handler=_run_lab_reboot)
+    cut = actions.add_parser(
+        "power-cut",
+        parents=[json_option],
+        help="cut the power of NODEs (default: both) at once, then power them on",
+        description=(
+            "Stop the nodes at once without a clean shutdown (docker kill), as an AC power cut "
+            "does, then start them again and recable the rails."
+        ),
+    )
+    cut.add_argument("nodes", nargs="*", metavar="NODE", help="lab nodes (default: all)")
+    cut.set_defaults(handler=_run_lab_power_cut)
+    stall = actions.add_parser(
+        "stall",
+        parents=[json_option],
+        help="stall the vLLM simulator on NODE (HTTP up, no tokens), or --clear it",
+        description=(
+            "Write (or with --clear remove) the vLLM simulator's stall file in NODE's serving "
+            "container: /health and /v1/models still answer, generation makes no token. Takes "
+            "effect at once, without a restart; a restarted head starts without a stall."
+        ),
+    )
+    stall.add_argument("node", metavar="NODE", help="the head's lab node, e.g. gx10-a")
+    stall.add_argument("--clear", action="store_true", help="end the stall")
+    stall.add_argument("--container", default=SERVE_CONTAINER, help=argparse.SUPPRESS)
+    stall.set_defaults(handler=_run_lab_stall)
+    kill = actions.add_parser(
+        "kill-rank",
+        parents=[json_option],
+        help="kill the rank's main process in NODE's serving container (SIGKILL)",
+        description=(
+            "SIGKILL the serving container's main process from the node, by its PID, as a crash "
+            "ends it; the container exits (137) and its restart policy, if any, applies."
+        ),
+    )
+    kill.add_argument("node", metavar="NODE", help="a lab node, e.g. gx10-b")
+    kill.add_argument("--container", default=SERVE_CONTAINER, help=argparse.SUPPRESS)
+    kill.set_defaults(handler=_run_lab_kill_rank)
 
 
 def _bounded(low: float, high: float, unit: str, example: str) -> Callable[[str], float]:
@@ -160,6 +225,63 @@ def _run_lab_heat(args: argparse.Namespace) -> int:
         offset_text = "none" if offset_now is None else f"{offset_now:+g} C"
         tau_text = "30 s (default)" if tau_now is None else f"{tau_now:g} s"
         print(f"{args.node}: GPU ambient offset {offset_text}, thermal time constant {tau_text}")
+    return EXIT_OK
+
+
+def _stop_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 1.0 <= value <= 600.0:
+        raise argparse.ArgumentTypeError(f"expected seconds in 1..600, got {text!r}")
+    return value
+
+
+def _print_power(args: argparse.Namespace, result: PowerResult) -> int:
+    if args.json:
+        print_json(result.to_dict())
+    else:
+        for line in result.summary_lines():
+            print(line)
+    return EXIT_OK if result.status.running else EXIT_NOT_RUNNING
+
+
+def _run_lab_reboot(args: argparse.Namespace) -> int:
+    with stdout_for(args):
+        result = api.reboot(args.node, stop_timeout=args.stop_timeout)
+    return _print_power(args, result)
+
+
+def _run_lab_power_cut(args: argparse.Namespace) -> int:
+    with stdout_for(args):
+        result = api.power_cut(args.nodes)
+    return _print_power(args, result)
+
+
+def _run_lab_stall(args: argparse.Namespace) -> int:
+    with stdout_for(args):
+        result = api.stall(args.node, not args.clear, container=args.container)
+    if args.json:
+        print_json(result)
+    else:
+        what = "stalled (HTTP up, no tokens)" if result["stalled"] else "not stalled"
+        print(f"{result['node']} {result['container']}: {what}")
+    return EXIT_OK
+
+
+def _run_lab_kill_rank(args: argparse.Namespace) -> int:
+    with stdout_for(args):
+        result = api.kill_rank(args.node, container=args.container)
+    if args.json:
+        print_json(result)
+    else:
+        print(
+            f"{result['node']} {result['container']}: killed pid {result['pid']} "
+            f"({result['command'] or '?'}, {result['role'] or 'unknown'} rank) with "
+            f"{result['signal']}; container {result['state']}"
+            + ("" if result["exit_code"] is None else f", exit code {result['exit_code']}")
+        )
     return EXIT_OK
 
 

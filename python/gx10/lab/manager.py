@@ -684,3 +684,303 @@ def status(cfg: LabConfig | None = None) -> LabStatus:
         registry_address=cfg.registry_address,
         problems=tuple(problems),
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Fault injectors (test equipment for the supervision tests): reboot, power cut, stall, crash
+# --------------------------------------------------------------------------------------------
+
+# How long a graceful reboot may take to bring the node down before the power is cut instead.
+REBOOT_STOP_TIMEOUT = 60.0
+# The serving container on every node (roles/vllm_serve: vllm_serve_container_name).
+SERVE_CONTAINER = "gx10-vllm"
+# The vLLM simulator's stall switch inside the serving container (vllm_sim DEFAULT_STALL_FILE).
+STALL_FILE = "/run/gx10-sim/vllm/stall"
+# Creates (on) or removes (off) the stall file $1, then prints whether it exists.
+_STALL_SCRIPT = """
+set -eu
+file=$1
+if [ "$2" = on ]; then mkdir -p "$(dirname "$file")"; : > "$file"; else rm -f "$file"; fi
+if [ -e "$file" ]; then echo stalled; else echo clear; fi
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class PowerResult:
+    """What a reboot or power cut did: per node how it went down and the systemd state after."""
+
+    nodes: tuple[str, ...]
+    method: dict[str, str]
+    systemd: dict[str, str]
+    status: LabStatus
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "nodes": list(self.nodes),
+            "method": dict(self.method),
+            "systemd": dict(self.systemd),
+            "status": self.status.to_dict(),
+        }
+
+    def summary_lines(self) -> list[str]:
+        lines = [
+            f"{node}: {self.method[node]}; back up, systemd {self.systemd[node]}"
+            for node in self.nodes
+        ]
+        return lines + self.status.summary_lines()
+
+
+def _known_node(cfg: LabConfig, node: str) -> None:
+    if node not in cfg.nodes:
+        raise LabError(f"no lab node {node!r}; the nodes are {', '.join(cfg.nodes)}")
+
+
+def _require_lab(cfg: LabConfig) -> dict[str, dict[str, dict[str, Any]]]:
+    """Both nodes running (else the lab is not up); returns their links."""
+    for name in cfg.nodes:
+        state = _state(name)
+        if state != "running":
+            raise LabError(f"lab node {name} is {state}: run `gx10 lab up` first")
+    return {name: _links(name) for name in cfg.nodes}
+
+
+def _cable_macs(
+    cfg: LabConfig, links: dict[str, dict[str, dict[str, Any]]]
+) -> dict[str, dict[str, str]]:
+    """Per rail, each node's end MAC as cabled now (a missing end: its node's generation's MAC).
+
+    Recorded before a node goes down: its cable ends vanish with its network namespace, and a
+    veth pair dies whole, so the peer's end goes too. Both are recreated with these MACs.
+    """
+    generations = {
+        node: current_generation(_node_macs(links[node], cfg)) or 0 for node in cfg.nodes
+    }
+    return {
+        rail.netdev: {
+            node: str(
+                links[node].get(rail.netdev, {}).get("address")
+                or cfg.mac(node, rail, generations[node])
+            )
+            for node in cfg.nodes
+        }
+        for rail in cfg.rails
+    }
+
+
+def _recable(cfg: LabConfig, macs: dict[str, dict[str, str]], log: Log) -> None:
+    """Recreate every broken rail with the recorded MACs (names as before); wait for carrier."""
+    links = {node: _links(node) for node in cfg.nodes}
+    for rail in cfg.rails:
+        if _cable_ok(cfg, rail, links):
+            continue
+        for node in cfg.nodes:
+            if rail.netdev in links[node]:
+                _docker.node_exec(node, "ip", "link", "del", rail.netdev, check=False)
+        _cable(cfg, rail, macs[rail.netdev], log)
+    _wait_carrier(cfg)
+
+
+def _wait_stopped(node: str, timeout: float) -> bool:
+    """Wait (bounded) until the node's container is no longer running."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _state(node) != "running":
+            return True
+        time.sleep(1)
+    return _state(node) != "running"
+
+
+def _system_state(node: str) -> str:
+    out = _docker.run(
+        ["docker", "exec", node, "systemctl", "is-system-running"], check=False, timeout=30
+    )
+    return out.stdout.strip() or "unknown"
+
+
+def _power_on(cfg: LabConfig, nodes: Iterable[str], log: Log) -> dict[str, str]:
+    """Start the nodes, wait (bounded) until each has booted; returns each one's systemd state."""
+    nodes = list(nodes)
+    for node in nodes:
+        log(f"powering {node} on")
+        _docker.docker("start", node, timeout=120)
+    for node in nodes:
+        _wait_booted(cfg, node)
+    return {node: _system_state(node) for node in nodes}
+
+
+def reboot(
+    node: str,
+    cfg: LabConfig | None = None,
+    log: Log = print,
+    *,
+    stop_timeout: float = REBOOT_STOP_TIMEOUT,
+) -> PowerResult:
+    """Reboot a node as on hardware (test equipment): `systemctl reboot` inside, then boot again.
+
+    The graceful path: systemd stops its units in order and exits, and the node's container
+    stops. If it is still running after `stop_timeout` seconds, the reboot is forced (`docker
+    kill`, a reset button). The container is then started again: its own systemd boots, and its
+    enabled units (the Docker engine, the RDMA sysfs simulator, gx10 units) come back by
+    themselves, as do containers in its engine whose restart policy says so. Its rail cables
+    vanished with its network namespace (both ends: a veth pair dies whole), so they are
+    recreated with the same names and MACs on both ends; the peer's NetworkManager re-applies
+    its profile to the re-appearing device, as to a NIC whose cable is plugged back in.
+    """
+    cfg = cfg or LabConfig()
+    _known_node(cfg, node)
+    macs = _cable_macs(cfg, _require_lab(cfg))
+    log(f"rebooting {node} (systemctl reboot)")
+    try:  # systemctl queues the reboot and returns; the exec may end with the node
+        _docker.run(["docker", "exec", node, "systemctl", "reboot"], check=False, timeout=60)
+    except LabError as error:
+        log(f"`systemctl reboot` in {node} did not return ({error}); waiting for it to stop")
+    method = "rebooted (systemctl reboot)"
+    if not _wait_stopped(node, stop_timeout):
+        log(f"{node} still running {stop_timeout:.0f} s after `systemctl reboot`: forcing it")
+        _docker.docker("kill", node, check=False, timeout=60)
+        if not _wait_stopped(node, 30):
+            raise LabError(f"lab node {node} did not stop, even after `docker kill {node}`")
+        method = f"forced (docker kill) after {stop_timeout:.0f} s without a clean stop"
+    systemd = _power_on(cfg, [node], log)
+    _recable(cfg, macs, log)
+    return PowerResult((node,), {node: method}, systemd, status(cfg))
+
+
+def power_cut(
+    nodes: Iterable[str] = (),
+    cfg: LabConfig | None = None,
+    log: Log = print,
+) -> PowerResult:
+    """Cut the power of nodes (default: all) at once, then power them on (test equipment).
+
+    `docker kill` (SIGKILL to the node's systemd): no unit is stopped, nothing flushed, as after
+    an AC power cut. Then every node boots again (`docker start`) and the rails are recabled with
+    their MACs as before.
+    """
+    cfg = cfg or LabConfig()
+    chosen = list(dict.fromkeys(nodes)) or list(cfg.nodes)
+    for node in chosen:
+        _known_node(cfg, node)
+    macs = _cable_macs(cfg, _require_lab(cfg))
+    log(f"cutting the power of {', '.join(chosen)}")
+    _docker.docker("kill", *chosen, timeout=60)
+    for node in chosen:
+        if not _wait_stopped(node, 30):
+            raise LabError(f"lab node {node} still runs after `docker kill {node}`")
+    systemd = _power_on(cfg, chosen, log)
+    _recable(cfg, macs, log)
+    method = dict.fromkeys(chosen, "power cut (docker kill)")
+    return PowerResult(tuple(chosen), method, systemd, status(cfg))
+
+
+def _serving(node: str, container: str) -> dict[str, str]:
+    """The serving container in a node: its state, rank role and main PID (inside the node)."""
+    proc = _docker.run(
+        [
+            "docker", "exec", node, "docker", "inspect", "-f",
+            '{{.State.Status}}|{{index .Config.Labels "gx10.role"}}|{{.State.Pid}}'
+            "|{{.State.ExitCode}}|{{.RestartCount}}",
+            container,
+        ],
+        check=False, timeout=30,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise LabError(
+            f"no serving container {container} on {node}: start the serving stage first "
+            "(playbooks/serve.yml)"
+        )
+    state, role, pid, code, restarts = (proc.stdout.strip().split("|") + [""] * 5)[:5]
+    return {"state": state, "role": role, "pid": pid, "exit_code": code, "restarts": restarts}
+
+
+def stall(
+    node: str,
+    stalled: bool = True,
+    cfg: LabConfig | None = None,
+    log: Log = print,
+    *,
+    container: str = SERVE_CONTAINER,
+) -> dict[str, Any]:
+    """Switch the vLLM simulator's stall mode in the node's serving container (test equipment).
+
+    Stalled, the head's HTTP stays up (/health, /v1/models) but generation makes no token; the
+    switch is a file the simulator reads at every step (STALL_FILE), so no restart is needed.
+    Only the head serves HTTP: on a worker's node this is refused. A restarted head starts
+    without a stall.
+    """
+    cfg = cfg or LabConfig()
+    _known_node(cfg, node)
+    state = _state(node)
+    if state != "running":
+        raise LabError(f"lab node {node} is {state}: run `gx10 lab up` first")
+    serving = _serving(node, container)
+    if serving["state"] != "running":
+        raise LabError(
+            f"serving container {container} on {node} is {serving['state']}, not running"
+        )
+    if serving["role"] not in ("head", ""):
+        raise LabError(
+            f"{container} on {node} is the {serving['role']} rank; the stall mode is the head's "
+            "(its HTTP API): stall the head's node"
+        )
+    log(f"{'stalling' if stalled else 'clearing the stall of'} {container} on {node}")
+    out = _docker.node_exec(
+        node, "docker", "exec", container, "sh", "-c", _STALL_SCRIPT, "gx10-stall",
+        STALL_FILE, "on" if stalled else "off",
+        timeout=30,
+    )  # fmt: skip
+    now = out.strip().splitlines()[-1] if out.strip() else ""
+    if now != ("stalled" if stalled else "clear"):
+        raise LabError(f"could not {'set' if stalled else 'clear'} {STALL_FILE} in {container}")
+    return {"node": node, "container": container, "stalled": stalled, "file": STALL_FILE}
+
+
+def kill_rank(
+    node: str,
+    cfg: LabConfig | None = None,
+    log: Log = print,
+    *,
+    container: str = SERVE_CONTAINER,
+    timeout: float = 60.0,
+) -> dict[str, Any]:
+    """Kill the rank's main process in the node's serving container with SIGKILL (test equipment).
+
+    The process is killed from the node by its PID, as a crash (the OOM killer, a segfault) ends
+    it: Docker sees the container's main process die (exit 137), not a `docker stop` or `docker
+    kill`, so its restart policy applies. Waits (bounded) until the container no longer runs
+    that process. Returns what was killed and the container's state after.
+    """
+    cfg = cfg or LabConfig()
+    _known_node(cfg, node)
+    state = _state(node)
+    if state != "running":
+        raise LabError(f"lab node {node} is {state}: run `gx10 lab up` first")
+    before = _serving(node, container)
+    if before["state"] != "running" or before["pid"] in ("", "0"):
+        raise LabError(f"serving container {container} on {node} is {before['state']}, not running")
+    pid = before["pid"]
+    cmdline = _docker.node_exec(
+        node, "sh", "-c", f"tr '\\0' ' ' < /proc/{pid}/cmdline", check=False, timeout=30
+    ).strip()
+    log(f"killing {container}'s main process on {node}: pid {pid} ({cmdline or '?'}), SIGKILL")
+    _docker.node_exec(node, "kill", "-KILL", pid, timeout=30)
+    deadline = time.monotonic() + timeout
+    after = before
+    while time.monotonic() < deadline:
+        after = _serving(node, container)
+        if after["state"] != "running" or after["pid"] != pid:
+            break
+        time.sleep(0.5)
+    else:
+        raise LabError(f"{container} on {node} still runs pid {pid} {timeout:.0f} s after SIGKILL")
+    return {
+        "node": node,
+        "container": container,
+        "role": before["role"] or None,
+        "pid": int(pid),
+        "command": cmdline or None,
+        "signal": "SIGKILL",
+        "state": after["state"],
+        "exit_code": int(after["exit_code"]) if after["exit_code"].lstrip("-").isdigit() else None,
+        "restarts": int(after["restarts"]) if after["restarts"].isdigit() else None,
+    }

@@ -38,6 +38,10 @@ Environment (sim-only knobs are GX10_SIM_*; the others are read as the real stac
                                writes its node's `load` there (GpuLoad: 0 idle, 0.7-1.0 while
                                sequences run; the head sends it to the workers)
   GX10_SIM_SM_CLOCK_MHZ        SM clock cap when no locked_clocks file exists (default unlocked)
+  GX10_SIM_STALL_FILE          stall mode (test equipment, `gx10 lab stall`): while this file
+                               exists, HTTP stays up but no engine step runs, so generation
+                               produces no token (default /run/gx10-sim/vllm/stall; the head
+                               removes a leftover one when it starts, as a restart ends a stall)
   GX10_SIM_PREFIX_CACHE_TOKENS tokens the prefix cache remembers, least recently used out
                                (default 2097152; the cache follows --enable-prefix-caching,
                                on by default as in vLLM V1, in blocks of --block-size, default 16)
@@ -92,6 +96,8 @@ EXIT_USAGE = 2
 
 DEFAULT_VERSION = "0.11.1+gx10sim"
 DEFAULT_MASTER_PORT = 29501
+DEFAULT_STALL_FILE = "/run/gx10-sim/vllm/stall"  # stall mode's switch (see GX10_SIM_STALL_FILE)
+STALL_POLL_SECONDS = 0.2
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"  # vLLM's default when no model is named
 NCCL_VERSION = "2.27.3"
 
@@ -201,6 +207,7 @@ class SimEnv:
     execute_model_timeout: float = 300.0
     perf_model: str = "reference"
     state_dir: Path = Path("/var/lib/gx10-sim/nvidia-smi")
+    stall_file: Path = Path(DEFAULT_STALL_FILE)
     sm_clock_mhz: float | None = None
     prefix_cache_tokens: int = 2_097_152
     spec_acceptance: float = 0.85
@@ -226,6 +233,7 @@ class SimEnv:
             ),
             perf_model=env.get("GX10_SIM_PERF_MODEL") or DEFAULT_PERF_MODEL,
             state_dir=Path(env.get("GX10_SIM_STATE_DIR") or "/var/lib/gx10-sim/nvidia-smi"),
+            stall_file=Path(env.get("GX10_SIM_STALL_FILE") or DEFAULT_STALL_FILE),
             sm_clock_mhz=_float_env(env, "GX10_SIM_SM_CLOCK_MHZ", 0.0) or None,
             prefix_cache_tokens=max(
                 int(_float_env(env, "GX10_SIM_PREFIX_CACHE_TOKENS", 2_097_152)), 0
@@ -1735,6 +1743,7 @@ class Engine:
         self.peer_lost = threading.Event()
         self.dead = threading.Event()
         self._stuck_timer: threading.Timer | None = None
+        self._stall_logged = False
         # Told the GPU load (engine_load) whenever the running count changes; see GpuLoad.
         self.load_listener: Callable[[float], None] | None = None
 
@@ -1830,6 +1839,27 @@ class Engine:
         self.dead.set()
         with self.cond:
             self.cond.notify_all()
+
+    def stalled(self) -> bool:
+        """Stall mode (test equipment): the switch is a file, read at every step."""
+        return self.env.stall_file.exists()
+
+    def wait_while_stalled(self) -> None:
+        """Hold a step while the stall file exists: HTTP answers, generation makes no token.
+
+        A wedged engine as users of GB10 pairs report it: no error and no progress. The wait
+        ends when the file is removed (the request then goes on) or the engine dies.
+        """
+        if not self.stalled():
+            return
+        if not self._stall_logged:
+            self._stall_logged = True
+            self.log.warning_at("core.py:711", "engine stalled (gx10 lab stall): no step runs")
+        while self.stalled():
+            if self.dead.wait(STALL_POLL_SECONDS):
+                raise EngineDeadError
+        self._stall_logged = False
+        self.log.info_at("core.py:711", "engine stall cleared: steps run again")
 
     def spec_step(self, rng: random.Random) -> int:
         """Tokens produced by one decode step (1 + accepted drafts); counts the drafts."""
@@ -2034,11 +2064,14 @@ class Server:
         """
         engine = self.engine
         clock = engine.clock_cap()
+        engine.wait_while_stalled()
         engine.prefill(plan, clock)
         with engine.cond:
             engine.decoding += 1
         try:
-            yield from self._decode(plan, clock)
+            for pieces in self._decode(plan, clock):
+                engine.wait_while_stalled()
+                yield pieces
         finally:
             with engine.cond:
                 engine.decoding -= 1
@@ -2932,6 +2965,13 @@ def boot_wait(env: SimEnv, stop: threading.Event, log: Log, model: ModelInfo) ->
     )
 
 
+def clear_stall(env: SimEnv, log: Log) -> None:
+    """A stall is the engine's state: a (re)started head begins without one."""
+    with contextlib.suppress(FileNotFoundError):
+        env.stall_file.unlink()
+        log.info_at("core.py:711", f"removed a leftover stall file {env.stall_file}")
+
+
 class Head:
     """Rank 0: rendezvous, NCCL init, weights, then the API server until told to stop."""
 
@@ -2949,6 +2989,7 @@ class Head:
         log.info_at("api_server.py:1885", f"vLLM API server version {env.version}")
         log.info_at("utils.py:253", f"non-default args: {non_default_args(args)}")
         host = args.host or "0.0.0.0"
+        clear_stall(env, log)
         httpd = self._bind_http(host)
         try:
             return self._boot_and_serve(httpd, host)
