@@ -893,6 +893,20 @@ def _serving(node: str, container: str) -> dict[str, str]:
     return {"state": state, "role": role, "pid": pid, "exit_code": code, "restarts": restarts}
 
 
+def _running_serving(cfg: LabConfig, node: str, container: str) -> dict[str, str]:
+    """The serving container of a running lab node, running (LabError naming what is not)."""
+    _known_node(cfg, node)
+    state = _state(node)
+    if state != "running":
+        raise LabError(f"lab node {node} is {state}: run `gx10 lab up` first")
+    serving = _serving(node, container)
+    if serving["state"] != "running" or serving["pid"] in ("", "0"):
+        raise LabError(
+            f"serving container {container} on {node} is {serving['state']}, not running"
+        )
+    return serving
+
+
 def stall(
     node: str,
     stalled: bool = True,
@@ -908,16 +922,7 @@ def stall(
     Only the head serves HTTP: on a worker's node this is refused. A restarted head starts
     without a stall.
     """
-    cfg = cfg or LabConfig()
-    _known_node(cfg, node)
-    state = _state(node)
-    if state != "running":
-        raise LabError(f"lab node {node} is {state}: run `gx10 lab up` first")
-    serving = _serving(node, container)
-    if serving["state"] != "running":
-        raise LabError(
-            f"serving container {container} on {node} is {serving['state']}, not running"
-        )
+    serving = _running_serving(cfg or LabConfig(), node, container)
     if serving["role"] not in ("head", ""):
         raise LabError(
             f"{container} on {node} is the {serving['role']} rank; the stall mode is the head's "
@@ -950,14 +955,7 @@ def kill_rank(
     kill`, so its restart policy applies. Waits (bounded) until the container no longer runs
     that process. Returns what was killed and the container's state after.
     """
-    cfg = cfg or LabConfig()
-    _known_node(cfg, node)
-    state = _state(node)
-    if state != "running":
-        raise LabError(f"lab node {node} is {state}: run `gx10 lab up` first")
-    before = _serving(node, container)
-    if before["state"] != "running" or before["pid"] in ("", "0"):
-        raise LabError(f"serving container {container} on {node} is {before['state']}, not running")
+    before = _running_serving(cfg or LabConfig(), node, container)
     pid = before["pid"]
     cmdline = _docker.node_exec(
         node, "sh", "-c", f"tr '\\0' ' ' < /proc/{pid}/cmdline", check=False, timeout=30
