@@ -15,9 +15,27 @@ import time
 from collections.abc import Iterator
 from http.client import HTTPConnection, HTTPResponse
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_vllm_sim import Launcher, free_port, healthy, http, wait_until
+
+
+def _start_head(launcher: Launcher, stall: Path) -> tuple[Any, str]:
+    """A single-node simulator head on loopback with its stall file at ``stall``, healthy."""
+    port = free_port()
+    head = launcher.start(
+        "single",
+        str(launcher.model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        env={"GX10_SIM_STALL_FILE": str(stall)},
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: healthy(url) or not head.alive(), 15, "the single-node server")
+    return head, url
 
 
 @pytest.fixture
@@ -25,19 +43,8 @@ def stalled_head(tmp_path: Path) -> Iterator[tuple[str, Path, Launcher]]:
     """A single-node head whose stall file is under tmp_path; yields its URL, the file, the lab."""
     launcher = Launcher(tmp_path)
     stall = tmp_path / "state" / "stall"
-    port = free_port()
     try:
-        head = launcher.start(
-            "single",
-            str(launcher.model),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            env={"GX10_SIM_STALL_FILE": str(stall)},
-        )
-        url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: healthy(url) or not head.alive(), 15, "the single-node server")
+        head, url = _start_head(launcher, stall)
         assert head.alive(), head.output()
         yield url, stall, launcher
     finally:
@@ -149,19 +156,8 @@ def test_a_starting_head_removes_a_leftover_stall(tmp_path: Path) -> None:
     launcher = Launcher(tmp_path)
     stall = tmp_path / "stall"
     stall.write_text("")
-    port = free_port()
     try:
-        head = launcher.start(
-            "single",
-            str(launcher.model),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            env={"GX10_SIM_STALL_FILE": str(stall)},
-        )
-        url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: healthy(url) or not head.alive(), 15, "the single-node server")
+        head, url = _start_head(launcher, stall)
         assert not stall.exists()
         started = time.monotonic()
         status, _ = http(

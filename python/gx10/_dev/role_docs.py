@@ -186,7 +186,9 @@ def check_defaults(role: Path) -> list[Problem]:
     data = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
     problems = [
         Problem(
-            name, f"defaults/main.yml sets `{key}`, which meta/argument_specs.yml does not declare"
+            name,
+            f"defaults/main.yml sets `{key}`, which meta/argument_specs.yml does not declare: "
+            "declare it there or remove it",
         )
         for key in sorted(set(data) - set(options))
     ]
