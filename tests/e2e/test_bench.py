@@ -25,6 +25,17 @@ from gx10 import lab, provision
 
 NODES = ("gx10-a", "gx10-b")
 QUICK = ["--prompt-lengths", "256", "--max-tokens", "32", "--cool-down-timeout", "120"]
+# Cases of about 3 s of load (160 tokens at about 55 tok/s): two or more 1 Hz telemetry readings
+# fall inside each case's requests, whose stretch the case's power figures cover.
+LOADED = [
+    "--prompt-lengths",
+    "256",
+    "--max-tokens",
+    "160",
+    "--ignore-eos",
+    "--cool-down-timeout",
+    "120",
+]
 # One case of about a minute (4,000 tokens at about 55 tok/s): a run still going when tested.
 LONG = ["--prompt-lengths", "256", "--max-tokens", "4000", "--concurrency", "1", "--ignore-eos"]
 
@@ -91,7 +102,7 @@ def cool(served: None) -> Iterator[None]:
 
 def test_clock_sweep_with_telemetry_restores_the_policy(cool: None, tmp_path: Path) -> None:
     out = tmp_path / "sweep"
-    run = bench(out, *QUICK, "--concurrency", "1,2", "--clock-caps", "2400,unlocked")
+    run = bench(out, *LOADED, "--concurrency", "1,2", "--clock-caps", "2400,unlocked")
     assert run.returncode == 0, run.stderr
     results = json.loads((out / "results.json").read_text())
     cases = list(results["cases"].values())

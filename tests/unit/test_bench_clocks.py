@@ -10,6 +10,7 @@ inventory end to end. Every wait is bounded.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -577,6 +578,50 @@ def test_a_run_with_nodes_sweeps_records_and_restores(cell: Cell, tmp_path: Path
     document = json.loads((out / "results.json").read_text())
     assert document["commands"][-1]["clock"]["caps_set"] == ["2200"]
     assert cell.a.lock() == "208,2000"
+
+
+class SlowTokenize(httpx.AsyncBaseTransport):
+    """Forwards to the server; holds every /tokenize call (a slow padding search) for `delay` s."""
+
+    def __init__(self, delay: float) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.delay = delay
+        self.calls = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/tokenize":
+            self.calls += 1
+            await asyncio.sleep(self.delay)
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def test_telemetry_covers_the_requests_not_the_prompt_preparation(
+    cell: Cell, tmp_path: Path
+) -> None:
+    """Padding a prompt can take seconds of /tokenize calls on a loaded controller, with the GPUs
+    idle: a case's power figures must come from the stretch its requests ran (about a second of
+    load here), or the idle readings before it pull the mean down towards 7 W."""
+    slow = SlowTokenize(2.0)
+    outcome = run(
+        cell,
+        tmp_path / "out",
+        tmp_path / "lock",
+        transport=slow,
+        clock_caps="unlocked",
+        concurrency="1",
+        max_tokens=256,
+        ignore_eos=True,
+    )
+    assert outcome.failed == []
+    (case,) = outcome.cases
+    assert case["tokenize_calls"] >= 2, case["tokenize_calls"]  # >= 4 s of idle preparation
+    for name, node in case["telemetry"]["nodes"].items():
+        # Loaded at the saturated clock, 24-29 W measured here (an edge reading may still be
+        # idle); with the preparation in the window, 8 W: the idle draw is about 7 W.
+        assert node["power_w"]["mean"] > 15, (name, node)
 
 
 class Fault(httpx.AsyncBaseTransport):

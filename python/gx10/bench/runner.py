@@ -30,6 +30,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +140,14 @@ def run_lock(path: Path, out: Path, command: str) -> Iterator[None]:
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass
+class LoadWindow:
+    """When a case's requests were in flight (time.monotonic()); None until they were sent."""
+
+    start: float | None = None
+    end: float | None = None
+
+
 async def run_case(
     client: httpx.AsyncClient,
     endpoint: Endpoint,
@@ -147,8 +156,13 @@ async def run_case(
     case: Case,
     *,
     scale: float,
+    window: LoadWindow | None = None,
 ) -> dict[str, Any]:
-    """Prepare the case's prompts, send them together, and return the case record."""
+    """Prepare the case's prompts, send them together, and return the case record.
+
+    `window`, when given, is set to the stretch the requests were in flight: the telemetry
+    figures cover that, not the prompt preparation (tokenize calls, an idle GPU) before it.
+    """
     record: dict[str, Any] = {
         "id": case.id,
         "prompt_tokens": case.prompt_tokens,
@@ -179,6 +193,8 @@ async def run_case(
     record["tokenize_calls"] = builder.calls
     before = await sample_counters(client, endpoint)
     origin = time.perf_counter()
+    if window is not None:
+        window.start = time.monotonic()
 
     async def send(result: RequestResult, body: dict[str, Any] | None) -> RequestResult:
         if body is None:
@@ -186,6 +202,8 @@ async def run_case(
         return await stream_chat(client, endpoint, body, result)
 
     await asyncio.gather(*(send(r, b) for r, b in zip(results, bodies, strict=True)))
+    if window is not None:
+        window.end = time.monotonic()
     after = await sample_counters(client, endpoint)
     rows = [request_figures(r, origin, scale) for r in results]
     record.update(case_figures(rows))
@@ -306,7 +324,10 @@ async def _measure(
             guard.aborted = str(exc)
             return _skipped_case(case, guard.aborted)
     start, started_wall = time.monotonic(), time.time()
-    task = asyncio.ensure_future(run_case(client, endpoint, info, config, case, scale=scale))
+    load = LoadWindow()
+    task = asyncio.ensure_future(
+        run_case(client, endpoint, info, config, case, scale=scale, window=load)
+    )
     watcher = asyncio.ensure_future(guard.watch(case, task)) if guard is not None else None
     try:
         record = await task
@@ -326,6 +347,9 @@ async def _measure(
     end = time.monotonic()
     record["started_wall"], record["ended_wall"] = started_wall, time.time()
     if guard is not None and record["status"] != "skipped":
+        # The GPUs' figures while the requests ran; the whole case if none was sent.
+        if load.start is not None and load.end is not None:
+            start, end = load.start, load.end
         record["telemetry"] = await guard.case_telemetry(start, end, record)
     return record
 
