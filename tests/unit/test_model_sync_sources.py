@@ -78,8 +78,15 @@ def _checkpoint(tmp_path: Path) -> tuple[Path, Path]:
 
 def _run(tmp_path: Path, manifest: Path, source: Any) -> subprocess.CompletedProcess[str]:
     cluster_vars = {
-        "gx10_plan": {"head": "gx10-a", "nodes": ["gx10-a"], "master_addr": "127.0.0.1"},
-        "gx10_model_dir": str(tmp_path / "node"),
+        "gx10_plan": {
+            "head": "gx10-a",
+            "nodes": ["gx10-a"],
+            "master_addr": "127.0.0.1",
+            "model_dir": str(tmp_path / "node"),
+        },
+        # Never what the plan says in a real run (validate.yml computes one from the other); here
+        # a decoy, so a role that read gx10_model_dir instead of the plan would be caught.
+        "gx10_model_dir": str(tmp_path / "decoy"),
         "gx10_model_manifest": str(manifest),
         "gx10_model_source": source,
         "gx10_model_margin_bytes": 0,
@@ -98,6 +105,7 @@ def test_a_dir_source_lands_verified_on_the_head(tmp_path: Path) -> None:
     assert run.returncode == 0, out[-4000:]
     for name in ("config.json", "model.safetensors"):
         assert (tmp_path / "node" / name).read_bytes() == (root / name).read_bytes()
+    assert not (tmp_path / "decoy").exists()  # the directory is the plan's (gx10_plan.model_dir)
     flat = " ".join(out.split())
     assert "2 fetched" in flat
     assert f"{(root / 'model.safetensors').stat().st_size + 22} bytes read from the source" in flat

@@ -17,6 +17,9 @@ from simulators import load_simulator
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "collections"))
 
+from ansible_collections.gx10.cluster.plugins.module_utils.cluster_plan import (  # noqa: E402
+    DEFAULT_MODEL_DIR,
+)
 from ansible_collections.gx10.cluster.plugins.module_utils.vllm_args import (  # noqa: E402
     build_args,
 )
@@ -26,7 +29,7 @@ def _settings(rank: int) -> dict[str, Any]:
     defaults = yaml.safe_load((ROOT / "roles/vllm_serve/defaults/main.yml").read_text())
     d = {k.removeprefix("vllm_serve_"): v for k, v in defaults.items()}
     return {
-        "model": "/srv/models/DeepSeek-V4-Flash-0731",
+        "model": DEFAULT_MODEL_DIR,  # the role's default: gx10_plan.model_dir
         "revision": "9e165c30e2704aec5d9d593cce3eebd58bbef1cb",
         "served_model_name": d["served_model_name"],
         "nnodes": 2,

@@ -86,6 +86,66 @@ def test_each_stage_playbook_validates_first_then_runs_its_stage(stage: str) -> 
     assert [p.stem for p in order if p.parent == STAGES.resolve()] == expected
 
 
+def roles_used(playbook: Path) -> set[str]:
+    """Roles a playbook file applies (``roles:``, include_role, import_role), not its imports."""
+    found: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "roles" and isinstance(value, list):
+                    found.update(r if isinstance(r, str) else r["role"] for r in value)
+                elif key.endswith(("include_role", "import_role")) and isinstance(value, dict):
+                    found.add(value["name"])
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(yaml.safe_load(playbook.read_text()))
+    return found
+
+
+def reads_the_plan(role: str) -> bool:
+    """The role's defaults, vars or tasks read gx10_plan."""
+    files = [
+        *(ROOT / "roles" / role).glob("defaults/*.yml"),
+        *(ROOT / "roles" / role).glob("vars/*.yml"),
+        *(ROOT / "roles" / role).glob("tasks/*.yml"),
+    ]
+    return any("gx10_plan" in path.read_text() for path in files)
+
+
+def test_the_model_dir_roles_read_the_plan() -> None:
+    """Their default checkpoint directory is the plan's (gx10_plan.model_dir)."""
+    for role, variable in (
+        ("preflight", "preflight_model_dir"),
+        ("model_sync", "model_sync_dir"),
+        ("vllm_serve", "vllm_serve_model_dir"),
+    ):
+        defaults = yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())
+        assert defaults[variable] == "{{ gx10_plan.model_dir }}", (role, defaults[variable])
+        assert reads_the_plan(role), role
+
+
+@pytest.mark.parametrize(
+    "playbook",
+    sorted(p.name for p in PLAYBOOKS.glob("*.yml") if p.name != "validate.yml"),
+)
+def test_every_playbook_that_needs_the_plan_validates_first(playbook: str) -> None:
+    order = reached(PLAYBOOKS / playbook)
+    needs = sorted(
+        {role for path in order for role in roles_used(path) if reads_the_plan(role)}
+        | {path.name for path in order if "gx10_plan" in path.read_text()}
+    )
+    if needs:
+        # order[0] is the playbook itself; the first import must be validate.yml.
+        assert order[1:2] == [VALIDATE.resolve()], (
+            f"{playbook} uses {', '.join(needs)}, which read gx10_plan: import validate.yml first"
+        )
+
+
 def test_stage_plays_keep_their_tags() -> None:
     for stage in STAGE_NAMES:
         for play in plays_of(STAGES / f"{stage}.yml"):

@@ -12,6 +12,7 @@ that is absent or ``None`` takes its default, as with an Ansible argument spec.
 from __future__ import annotations
 
 import ipaddress
+import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,8 +34,20 @@ MAX_PREFIX = 30
 
 RAIL_KEYS = ("name", "netdev", "subnet")
 OPTIONAL_RAIL_KEYS = ("addresses",)
-# Cluster-wide variables: every node must see the same value (both ends of a link must agree).
-CLUSTER_VARS = ("gx10_rails", "gx10_rail_mtu")
+# Where the checkpoint is on every node: the model stage fetches it there, preflight checks the
+# disk there, the serve stage mounts it (the same path inside the container) as vLLM's --model.
+MODEL_DIR_VAR = "gx10_model_dir"
+DEFAULT_MODEL_DIR = "/srv/models/DeepSeek-V4-Flash-0731"
+# Cluster-wide variables: every node must see the same value (why, per variable).
+CLUSTER_VARS = ("gx10_rails", "gx10_rail_mtu", MODEL_DIR_VAR)
+_CLUSTER_WHY = {
+    "gx10_rails": "both ends of every link must agree",
+    "gx10_rail_mtu": "both ends of every link must agree",
+    MODEL_DIR_VAR: (
+        "every rank loads the checkpoint from the same --model path and the workers copy the "
+        "head's files into it"
+    ),
+}
 # The GPU clock policy (the gpu_clock role's inputs) is checked here too, so a bad value stops the
 # run before any node changes.
 CLOCK_VARS = ("gpu_clock_sm_mhz", "gpu_clock_min_mhz")
@@ -180,6 +193,7 @@ def build_plan(
         "peers": peers,
         "hosts": hosts,
         "master_addr": rails[0]["addresses"][head],
+        "model_dir": analysis.model_dir,
     }
 
 
@@ -215,6 +229,7 @@ class _Analysis:
     nodes: list[str] = field(default_factory=list)
     node_ids: dict[str, int] = field(default_factory=dict)
     mtu: int = DEFAULT_MTU
+    model_dir: str = DEFAULT_MODEL_DIR
     rails: list[_Rail] = field(default_factory=list)
     # host -> rail netdev -> RDMA device (gx10_rdma_devices)
     rdma_devices: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -234,6 +249,7 @@ def _analyse(
     cluster = _cluster_values(result.nodes, node_vars, errors)
     result.mtu = _check_mtu(cluster["gx10_rail_mtu"], errors)
     result.rails = _check_rails(cluster["gx10_rails"], errors)
+    result.model_dir = _check_model_dir(cluster[MODEL_DIR_VAR], errors)
     _check_mgmt_interfaces(result.nodes, node_vars, result.rails, errors)
     result.node_ids = _check_node_ids(result.nodes, node_vars, errors)
     for rail in result.rails:
@@ -299,8 +315,8 @@ def _cluster_values(
             if _plain(value) != _plain(reference):
                 errors.append(
                     f"{name} on host {host} is {_show(value)} but on {nodes[0]} it is "
-                    f"{_show(reference)}: it is cluster-wide (both ends of every link must agree); "
-                    "define it once for all nodes, e.g. in group_vars/all.yml."
+                    f"{_show(reference)}: it is cluster-wide ({_CLUSTER_WHY[name]}); define it "
+                    "once for all nodes, e.g. in group_vars/all.yml."
                 )
         values[name] = reference
     return values
@@ -326,6 +342,51 @@ def _check_mtu(value: Any, errors: list[str]) -> int:
         )
         return DEFAULT_MTU
     return int(value)
+
+
+def _check_model_dir(value: Any, errors: list[str]) -> str:
+    """An absolute, normalised POSIX directory other than /, usable as a Docker bind mount."""
+    if value is _MISSING:
+        return DEFAULT_MODEL_DIR
+    example = f"e.g. {MODEL_DIR_VAR}: {DEFAULT_MODEL_DIR}"
+    if not isinstance(value, str):
+        errors.append(
+            f"{MODEL_DIR_VAR} must be a directory path (a string), got {_show(value)} "
+            f"({_type_name(value)}): write an absolute path, {example}, or leave it undefined "
+            "for that default."
+        )
+        return DEFAULT_MODEL_DIR
+    if not value.startswith("/"):
+        errors.append(
+            f"{MODEL_DIR_VAR} is {_show(value)}, not an absolute path: a relative one depends on "
+            "each task's working directory (and Docker takes it for a volume name); write it "
+            f"from /, {example}."
+        )
+        return DEFAULT_MODEL_DIR
+    # normpath keeps a leading '//' (POSIX leaves its meaning to the system): collapse it too.
+    normalised = posixpath.normpath("/" + value.lstrip("/"))
+    if normalised == "/":
+        errors.append(
+            f"{MODEL_DIR_VAR} is {_show(value)}, the root directory: the checkpoint needs a "
+            "directory of its own (the model stage lists every file under it, the serve stage "
+            f"mounts it into the container at the same path); {example}."
+        )
+        return DEFAULT_MODEL_DIR
+    if normalised != value:
+        errors.append(
+            f"{MODEL_DIR_VAR} is {_show(value)}, not a normalised path (no trailing or doubled "
+            f"'/', no '.' or '..' parts): write {MODEL_DIR_VAR}: {normalised}, so every stage "
+            "names the same directory the same way."
+        )
+        return DEFAULT_MODEL_DIR
+    if ":" in value:
+        errors.append(
+            f"{MODEL_DIR_VAR} is {_show(value)}, which contains ':': the serve stage mounts it "
+            "as the Docker volume SOURCE:TARGET:ro, which splits at every ':'; rename the "
+            f"directory without ':', {example}."
+        )
+        return DEFAULT_MODEL_DIR
+    return str(value)
 
 
 def _check_rails(value: Any, errors: list[str]) -> list[_Rail]:

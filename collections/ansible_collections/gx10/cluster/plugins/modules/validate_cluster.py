@@ -16,15 +16,18 @@ description:
     C(gx10_rails) (non-empty list of C({name, netdev, subnet}) with optional C(addresses)), unique
     rail names and netdevs, IPv4 subnets in CIDR notation without host bits, no longer than /30,
     no two rails on the same or overlapping subnets, C(gx10_node_id) (positive, unique integers),
-    every node address inside its subnet and unique, C(gx10_rail_mtu) in 1280..9216, and that no
-    rail uses a node's C(gx10_mgmt_interface).
-  - On success returns the cluster plan (ranks, rail addresses, peers, C(master_addr)), the same
-    value as the P(gx10.cluster.rail_plan#filter) filter.
+    every node address inside its subnet and unique, C(gx10_rail_mtu) in 1280..9216, that no
+    rail uses a node's C(gx10_mgmt_interface), and C(gx10_model_dir) (an absolute, normalised
+    path other than C(/), without C(:)).
+  - On success returns the cluster plan (ranks, rail addresses, peers, C(master_addr), the
+    checkpoint directory C(model_dir)), the same value as the P(gx10.cluster.rail_plan#filter)
+    filter.
   - Defaults when a variable is undefined or null. C(gx10_rails) is rail0 C(enp1s0f0np0)
     C(192.168.100.0/24) and rail1 C(enP2p1s0f0np0) C(192.168.101.0/24); C(gx10_rail_mtu) is
-    C(9000); C(gx10_node_id) is 10 for the head and 11, 12, ... for the workers in inventory order.
-  - C(gx10_rails) and C(gx10_rail_mtu) are cluster-wide; a node that sees a different value than
-    the first node is an error.
+    C(9000); C(gx10_node_id) is 10 for the head and 11, 12, ... for the workers in inventory order;
+    C(gx10_model_dir) is C(/srv/models/DeepSeek-V4-Flash-0731).
+  - C(gx10_rails), C(gx10_rail_mtu) and C(gx10_model_dir) are cluster-wide; a node that sees a
+    different value than the first node is an error.
   - Run it once (with C(run_once) set), in the first play, before any other task.
 options:
   groups:
@@ -147,4 +150,10 @@ plan:
       description: The head's address on the first rail (vLLM C(--master-addr)).
       type: str
       sample: 192.168.100.10
+    model_dir:
+      description:
+        - The checkpoint directory on every node (C(gx10_model_dir), validated). The preflight,
+          model_sync and vllm_serve roles default to it.
+      type: str
+      sample: /srv/models/DeepSeek-V4-Flash-0731
 """

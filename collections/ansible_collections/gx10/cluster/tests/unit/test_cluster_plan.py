@@ -13,6 +13,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gx10.cluster.plugins.filter.rail_plan import FilterModule, rail_plan
 from ansible_collections.gx10.cluster.plugins.module_utils.cluster_plan import (
+    DEFAULT_MODEL_DIR,
     DEFAULT_RAILS,
     NODE_VARS,
     ClusterPlanError,
@@ -153,6 +154,7 @@ def test_default_plan_for_two_nodes() -> None:
             },
         },
         "master_addr": "192.168.100.10",
+        "model_dir": "/srv/models/DeepSeek-V4-Flash-0731",
     }
 
 
@@ -562,6 +564,80 @@ def test_cluster_wide_variable_differs_between_nodes() -> None:
         "cluster-wide",
         "group_vars/all.yml",
     )
+
+
+# --- the checkpoint directory -------------------------------------------------------------------
+
+
+def test_model_dir_defaults_to_the_checkpoint_directory() -> None:
+    assert DEFAULT_MODEL_DIR == "/srv/models/DeepSeek-V4-Flash-0731"
+    assert build_plan(*cluster())["model_dir"] == DEFAULT_MODEL_DIR
+    assert build_plan(*cluster(gx10_model_dir=None))["model_dir"] == DEFAULT_MODEL_DIR
+
+
+@pytest.mark.parametrize("path", ["/data/models/tiny", "/m", "/srv/models/a b/c-0731.v2"])
+def test_model_dir_custom_value_is_in_the_plan(path: str) -> None:
+    assert build_plan(*cluster(THREE, gx10_model_dir=path))["model_dir"] == path
+
+
+@pytest.mark.parametrize(
+    ("value", "fragments"),
+    [
+        (
+            ["/srv/models/x"],
+            ["gx10_model_dir must be a directory path (a string)", "got ['/srv/models/x'] (list)"],
+        ),
+        (42, ["gx10_model_dir must be a directory path", "got 42 (int)"]),
+        (True, ["got True (bool)"]),
+        ("srv/models/x", ["gx10_model_dir is 'srv/models/x', not an absolute path"]),
+        ("", ["gx10_model_dir is '', not an absolute path"]),
+        ("~/models", ["gx10_model_dir is '~/models', not an absolute path"]),
+        ("/", ["gx10_model_dir is '/', the root directory", "a directory of its own"]),
+        ("//", ["gx10_model_dir is '//', the root directory"]),
+        ("/srv/..", ["gx10_model_dir is '/srv/..', the root directory"]),
+        (
+            "/srv/models/x/",
+            ["is '/srv/models/x/', not a normalised path", "gx10_model_dir: /srv/models/x,"],
+        ),
+        ("/srv//models/x", ["not a normalised path", "gx10_model_dir: /srv/models/x,"]),
+        ("//srv/models/x", ["not a normalised path", "gx10_model_dir: /srv/models/x,"]),
+        ("/srv/./models/x", ["not a normalised path", "gx10_model_dir: /srv/models/x,"]),
+        ("/srv/old/../models/x", ["not a normalised path", "gx10_model_dir: /srv/models/x,"]),
+        ("/srv/models/a:b", ["is '/srv/models/a:b', which contains ':'", "SOURCE:TARGET:ro"]),
+    ],
+)
+def test_model_dir_rejected_with_the_fix(value: Any, fragments: list[str]) -> None:
+    error = one_error(gx10_model_dir=value)
+    assert_mentions(error, *fragments)
+    if "normalised" not in error:
+        assert_mentions(error, f"gx10_model_dir: {DEFAULT_MODEL_DIR}")
+    with pytest.raises(ClusterPlanError):
+        build_plan(*cluster(gx10_model_dir=value))
+
+
+def test_model_dir_differs_between_nodes() -> None:
+    error = one_error(
+        per_host={
+            "gx10-a": {"gx10_model_dir": "/srv/models/x"},
+            "gx10-b": {"gx10_model_dir": "/data/x"},
+        }
+    )
+    assert_mentions(
+        error,
+        "gx10_model_dir on host gx10-b is '/data/x' but on gx10-a it is '/srv/models/x'",
+        "every rank loads the checkpoint from the same --model path",
+        "group_vars/all.yml",
+    )
+
+
+def test_model_dir_set_on_a_worker_only_differs_from_the_default() -> None:
+    error = one_error(THREE, per_host={"gx10-c": {"gx10_model_dir": "/srv/models/x"}})
+    assert_mentions(error, "gx10_model_dir on host gx10-c is '/srv/models/x'", "it is undefined")
+
+
+def test_select_node_vars_reads_the_model_dir() -> None:
+    hostvars = {"gx10-a": {"gx10_model_dir": "/m", "other": 1}, "gx10-b": {}}
+    assert select_node_vars(TWO, hostvars) == {"gx10-a": {"gx10_model_dir": "/m"}, "gx10-b": {}}
 
 
 # --- many errors at once -----------------------------------------------------------------------
