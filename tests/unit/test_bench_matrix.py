@@ -85,6 +85,8 @@ def test_run_file_then_flags(tmp_path: Path) -> None:
         (None, {"clock_caps": "fast"}, "clock cap 'fast': expected MHz"),
         (None, {"prompt_lengths": "abc"}, "prompt_lengths: 'abc' is not an integer"),
         ({"prompt_length": [256]}, None, "run file: unknown keys ['prompt_length']"),
+        # The bench measures wall-clock time and has no simulator knob (issue 12).
+        ({"time_scale": 0.02}, None, "run file: unknown keys ['time_scale']"),
         (
             {"sweeps": [{"concurrency": [1]}], "concurrency": [2]},
             None,

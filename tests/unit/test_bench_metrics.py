@@ -22,7 +22,7 @@ def _result(index: int, sent: float, first: float, last: float, done: float, **k
 def test_figures_from_known_timestamps() -> None:
     a = _result(0, 100.0, 100.5, 102.5, 102.6, prompt_tokens=1000, completion_tokens=101)
     b = _result(1, 100.0, 101.0, 102.0, 103.0, prompt_tokens=1000, completion_tokens=51)
-    rows = [request_figures(r, 100.0, 1.0) for r in (a, b)]
+    rows = [request_figures(r, 100.0) for r in (a, b)]
     assert rows[0]["ttft_s"] == pytest.approx(0.5)
     assert rows[0]["prefill_tps"] == pytest.approx(2000.0)
     assert rows[0]["decode_tps"] == pytest.approx(50.0)  # (101 - 1) tokens over 2 s
@@ -33,16 +33,15 @@ def test_figures_from_known_timestamps() -> None:
     assert case["aggregate_tps"] == pytest.approx(152 / 3.0)
     assert case["ttft_s"]["p50"] == pytest.approx(0.75)
     assert case["ttft_s"]["mean"] == pytest.approx(0.75)
-    # The lab simulator's time scale: wall seconds are scale x simulated seconds.
-    scaled = request_figures(a, 100.0, 0.01)
-    assert scaled["ttft_s"] == pytest.approx(50.0)
-    assert scaled["decode_tps"] == pytest.approx(0.5)
+    # The record keeps the wall-clock timestamps, as seconds since the case started.
+    times = [rows[1][k] for k in ("sent", "first_token", "last_token", "done")]
+    assert times == pytest.approx([0.0, 1.0, 2.0, 3.0])
 
 
 def test_failed_requests_do_not_count_in_rates() -> None:
     ok = _result(0, 0.0, 1.0, 2.0, 2.0, prompt_tokens=10, completion_tokens=11)
     bad = RequestResult(1, 1000, ok=False, error="HTTP 500", sent=0.0, done=4.0)
-    case = case_figures([request_figures(r, 0.0, 1.0) for r in (ok, bad)])
+    case = case_figures([request_figures(r, 0.0) for r in (ok, bad)])
     assert case["requests_ok"] == 1
     assert case["requests_failed"] == 1
     assert case["completion_tokens"] == 11
@@ -58,7 +57,7 @@ def test_a_partly_failed_case_is_figured_from_its_completed_requests() -> None:
         for i in range(3)
     ]  # fmt: skip
     never_sent = RequestResult(3, 512, error="preparing the prompt: could not pad")
-    rows = [request_figures(r, origin, 1.0) for r in (*done, never_sent)]
+    rows = [request_figures(r, origin) for r in (*done, never_sent)]
     failed = rows[3]
     assert (failed["sent"], failed["done"], failed["e2e_s"]) == (None, None, None)
     assert all(r["sent"] is not None and r["sent"] >= 0 for r in rows[:3])
@@ -200,8 +199,8 @@ def test_metrics_parsing() -> None:
         "# HELP x\n"
         'vllm:generation_tokens_total{engine="0",model_name="m"} 10.0\n'
         'vllm:generation_tokens_total{engine="1",model_name="m"} 5.0\n'
-        'gx10_sim_info{max_num_seqs="12",time_scale="0.5"} 1\n'
+        'vllm:cache_config_info{block_size="16",num_gpu_blocks="1024"} 1\n'
     )
     values, info = parse_metrics(text)
     assert values["vllm:generation_tokens_total"] == 15.0
-    assert info["gx10_sim_info"] == {"max_num_seqs": "12", "time_scale": "0.5"}
+    assert info["vllm:cache_config_info"] == {"block_size": "16", "num_gpu_blocks": "1024"}

@@ -58,6 +58,18 @@ def test_no_product_module_imports_the_lab() -> None:
     assert {path: names for path, names in offenders.items() if names} == {}
 
 
+def test_no_product_module_knows_the_simulators_knobs() -> None:
+    """Issue 12: the product measures any vLLM server; the simulators' settings (GX10_SIM_*, the
+    gx10_sim_info metric, its time scale) are for the lab and its tests only."""
+    knobs = ("GX10_SIM_", "gx10_sim", "time_scale", "time-scale")
+    offenders = {
+        str(path.relative_to(PACKAGE)): [k for k in knobs if k in path.read_text()]
+        for path in PACKAGE.rglob("*.py")
+        if path.relative_to(PACKAGE).parts[0] not in ("lab", "_dev")
+    }
+    assert {path: found for path, found in offenders.items() if found} == {}
+
+
 @dataclass(frozen=True)
 class FakeLabStatus:
     running: bool

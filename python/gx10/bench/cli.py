@@ -114,11 +114,6 @@ def add_parser(commands: Any, json_option: argparse.ArgumentParser) -> None:
         help="do NOT make prompts unique (only to see what prefix-cache hits look like)",
     )
     p.add_argument("--prefill-ceiling", type=float, help="prefill tok/s flagged as a cache hit")
-    p.add_argument(
-        "--time-scale",
-        type=float,
-        help="lab simulator only: its GX10_SIM_TIME_SCALE (default: read from /metrics, else 1)",
-    )
     p.add_argument("--timeout", type=float, help="seconds per request (default 3600)")
     p.add_argument("--no-report", action="store_true", help="do not build the report at the end")
     p.set_defaults(handler=run)
@@ -149,7 +144,6 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "ignore_eos": args.ignore_eos,
         "unique_prompts": False if args.shared_prompts else None,
         "prefill_ceiling_tps": args.prefill_ceiling,
-        "time_scale": args.time_scale,
         "request_timeout_s": args.timeout,
         "cool_down_c": args.cool_down_c,
         "abort_c": args.abort_c,

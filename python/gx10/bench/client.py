@@ -110,7 +110,6 @@ class ServerInfo:
     model: str
     max_model_len: int | None
     max_num_seqs: int | None
-    time_scale: float | None  # the lab simulator's GX10_SIM_TIME_SCALE (gx10_sim_info)
     metrics: bool  # /metrics answered
 
 
@@ -179,7 +178,6 @@ async def server_info(client: httpx.AsyncClient, endpoint: Endpoint) -> ServerIn
     entry = models[ids.index(name)]
     max_len = entry.get("max_model_len")
     max_seqs: int | None = None
-    scale: float | None = None
     metrics = False
     try:
         answer = await client.get(f"{endpoint.root}/metrics", headers=endpoint.headers)
@@ -191,10 +189,7 @@ async def server_info(client: httpx.AsyncClient, endpoint: Endpoint) -> ServerIn
         for labels in info.values():
             if "max_num_seqs" in labels:
                 max_seqs = int(float(labels["max_num_seqs"]))
-        sim = info.get("gx10_sim_info", {})
-        if "time_scale" in sim:
-            scale = float(sim["time_scale"])
-    return ServerInfo(name, int(max_len) if max_len else None, max_seqs, scale, metrics)
+    return ServerInfo(name, int(max_len) if max_len else None, max_seqs, metrics)
 
 
 # --------------------------------------------------------------------------------------------

@@ -83,7 +83,6 @@ class RunConfig:
     cache_hit_factor: float = 3.0  # prefill this many times its neighbours' median: a cache hit
     prefill_ceiling_tps: float = 6000.0  # prefill above this: a cache hit whatever the neighbours
     request_timeout_s: float = 3600.0
-    time_scale: float | None = None  # lab simulator only; None: read it from /metrics, else 1
     # Clock-sweep safety and telemetry (with an inventory; see gx10.bench.clocks).
     cool_down_c: float = 70.0  # before each case, every node below this temperature
     abort_c: float = 84.0  # above this (before or during a case), the rest of the run is skipped
@@ -294,8 +293,6 @@ def static_problems(config: RunConfig) -> list[str]:
         errors.append(f"top_p must be in (0, 1], got {config.top_p!r}")
     if config.max_num_seqs is not None:
         errors += _positive([config.max_num_seqs], "max_num_seqs")
-    if config.time_scale is not None and not config.time_scale > 0:
-        errors.append(f"time_scale must be > 0, got {config.time_scale!r}")
     if config.cache_hit_factor <= 1:
         errors.append(f"cache_hit_factor must be > 1, got {config.cache_hit_factor!r}")
     if config.request_timeout_s <= 0:

@@ -1,6 +1,6 @@
 """Figures from timestamps: per request, per case, and the cache-hit flags across cases.
 
-Definitions (all durations in seconds; divided by the time scale for the lab simulator):
+Definitions (all durations in wall-clock seconds on the controller, time.perf_counter):
 - TTFT: first token received - request sent. Prefill tok/s: prompt tokens / TTFT (a prefill
   rate at one stream; above one stream TTFT also holds the wait behind the other prompts).
 - Per-session decode tok/s: (completion tokens - 1) / (last token - first token), with the token
@@ -50,12 +50,12 @@ def spread(values: Sequence[float]) -> dict[str, float | None]:
     return out
 
 
-def request_figures(result: RequestResult, origin: float, scale: float) -> dict[str, Any]:
+def request_figures(result: RequestResult, origin: float) -> dict[str, Any]:
     """One request's record: its timestamps relative to the case start, and its rates."""
     row: dict[str, Any] = result.to_dict()
     for key in ("sent", "first_token", "last_token", "done"):
         value = row[key]
-        row[key] = None if value is None else (value - origin) / scale
+        row[key] = None if value is None else value - origin
     row["ttft_s"] = row["prefill_tps"] = row["decode_tps"] = row["e2e_s"] = None
     if row["sent"] is None:  # never sent: no times at all
         row["first_token"] = row["last_token"] = row["done"] = None

@@ -395,11 +395,7 @@ def summary_tables(document: Mapping[str, Any]) -> str:
     cases = list(document.get("cases", {}).values())
     lines = [f"# Bench summary: {document.get('model')} at {document.get('endpoint')}", ""]
     settings = document.get("settings", {})
-    lines.append(
-        "Settings: "
-        + ", ".join(f"{k} {v}" for k, v in settings.items())
-        + f"; time scale {document.get('server', {}).get('time_scale', 1)}"
-    )
+    lines.append("Settings: " + ", ".join(f"{k} {v}" for k, v in settings.items()))
     lines.append("")
     # With several clock caps, every row says which (the figures differ by cap).
     caps = len({c["clock_cap"] for c in cases}) > 1

@@ -97,7 +97,6 @@ class RunOutcome:
     cases: list[dict[str, Any]] = field(default_factory=list)
     ran: int = 0
     skipped: int = 0  # finished earlier and kept (resume)
-    scale: float = 1.0
     notes: list[str] = field(default_factory=list)
     aborted: str | None = None  # why the rest of the sweep was skipped
     restore: dict[str, dict[str, Any]] = field(default_factory=dict)  # per node, with -i

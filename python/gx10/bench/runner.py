@@ -12,10 +12,9 @@ limits, and nvidia-smi telemetry (gx10.bench.telemetry) summarized per case and 
 in OUT/telemetry.csv. Whatever ends the run, the nodes' caps are restored and the restore is
 recorded in results.json (the last command's `clock`).
 
-Time scale: the lab simulator can run its clock fast (GX10_SIM_TIME_SCALE=S: a wall second is 1/S
-simulated seconds) and exports S in /metrics; durations are divided by S so that every figure
-reads in simulated time. Client overheads grow by 1/S too, so accuracy needs S = 1; fast scales
-are for tests. Real servers export no scale: S = 1.
+Every figure is wall-clock time on the controller (time.perf_counter), whatever the server; the
+per-request timeout (`request_timeout_s`, `--timeout`) and the clock-sweep waits are wall seconds
+too.
 """
 
 from __future__ import annotations
@@ -155,7 +154,6 @@ async def run_case(
     config: RunConfig,
     case: Case,
     *,
-    scale: float,
     window: LoadWindow | None = None,
 ) -> dict[str, Any]:
     """Prepare the case's prompts, send them together, and return the case record.
@@ -169,7 +167,6 @@ async def run_case(
         "concurrency": case.concurrency,
         "clock_cap": case.clock_cap,
         "started_at": now(),
-        "time_scale": scale,
         "errors": [],
         "flags": [],
     }
@@ -205,7 +202,7 @@ async def run_case(
     if window is not None:
         window.end = time.monotonic()
     after = await sample_counters(client, endpoint)
-    rows = [request_figures(r, origin, scale) for r in results]
+    rows = [request_figures(r, origin) for r in results]
     record.update(case_figures(rows))
     record["prompt_tokens_sent"] = sum(case.prompt_tokens for r in results if r.sent is not None)
     record["server"] = {"before": before, "after": after, "delta": counter_delta(before, after)}
@@ -229,8 +226,8 @@ ProgressHook = Callable[[int, int, dict[str, Any]], None]
 
 def _check_server(
     config: RunConfig, cases: Sequence[Case], info: ServerInfo, outcome: RunOutcome
-) -> float:
-    """Validate the matrix against the server's limits; returns the time scale."""
+) -> None:
+    """Validate the matrix against the server's limits; notes what could not be checked."""
     source = {"max_model_len": "from /v1/models"}
     if info.max_num_seqs is not None:
         source["max_num_seqs"] = "from /metrics"
@@ -242,13 +239,6 @@ def _check_server(
             "max_num_seqs unknown (the server does not export it; pass --max-num-seqs): "
             "concurrency not checked against it"
         )
-    scale = config.time_scale or info.time_scale or 1.0
-    if scale != 1.0:
-        outcome.notes.append(
-            f"time scale {scale:g} (lab simulator): figures are in simulated seconds; client "
-            f"overheads count {1 / scale:g}x, so use scale 1 for accuracy"
-        )
-    return scale
 
 
 def _open_document(
@@ -265,7 +255,6 @@ def _open_document(
             "max_model_len": info.max_model_len,
             "max_num_seqs": config.max_num_seqs or info.max_num_seqs,
             "metrics": info.metrics,
-            "time_scale": outcome.scale,
         },
         "settings": config.settings(),
         "config": config.to_dict(),
@@ -311,7 +300,6 @@ async def _measure(
     config: RunConfig,
     case: Case,
     *,
-    scale: float,
     guard: NodeGuard | None,
 ) -> dict[str, Any]:
     """One case: with an inventory, its cap and cool-down first and the limits watched."""
@@ -325,9 +313,7 @@ async def _measure(
             return _skipped_case(case, guard.aborted)
     start, started_wall = time.monotonic(), time.time()
     load = LoadWindow()
-    task = asyncio.ensure_future(
-        run_case(client, endpoint, info, config, case, scale=scale, window=load)
-    )
+    task = asyncio.ensure_future(run_case(client, endpoint, info, config, case, window=load))
     watcher = asyncio.ensure_future(guard.watch(case, task)) if guard is not None else None
     try:
         record = await task
@@ -372,7 +358,7 @@ async def _run(
     limits = httpx.Limits(max_connections=widest + 4, max_keepalive_connections=widest + 4)
     async with httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport) as client:
         info = await server_info(client, endpoint)
-        outcome.scale = _check_server(config, cases, info, outcome)
+        _check_server(config, cases, info, outcome)
         document = _open_document(config, endpoint, info, out, outcome)
         todo = [c for c in cases if document["cases"].get(c.id, {}).get("status") != "ok"]
         if guard is not None and todo:
@@ -404,9 +390,7 @@ async def _run(
             for i, case in enumerate(todo, start=outcome.skipped + 1):
                 progress.update(task, description=case.id)
                 aborted = guard.aborted if guard is not None else None
-                record = await _measure(
-                    client, endpoint, info, config, case, scale=outcome.scale, guard=guard
-                )
+                record = await _measure(client, endpoint, info, config, case, guard=guard)
                 document["cases"][case.id] = record
                 flag_cache_hits(
                     document["cases"].values(), config.cache_hit_factor, config.prefill_ceiling_tps
