@@ -23,7 +23,6 @@ Every process it starts is killed by its PID at the end.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import io
 import resource
 import statistics
@@ -31,7 +30,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from rich.console import Console
@@ -46,25 +44,15 @@ from test_vllm_sim import Launcher, healthy, wait_until  # noqa: E402
 from gx10.bench.client import Endpoint  # noqa: E402
 from gx10.bench.matrix import build_config  # noqa: E402
 from gx10.bench.runner import run_bench  # noqa: E402
+from gx10.lab.simulators import vllm_sim  # noqa: E402
 
-SIM_PATH = ROOT / "python" / "gx10" / "lab" / "simulators" / "vllm_sim.py"
 MAX_NUM_SEQS = 12
 SCALE = 1.0  # GX10_SIM_TIME_SCALE: wall seconds = simulated seconds x SCALE
 
 
-def load_sim() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gx10_vllm_sim_bench", SIM_PATH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def expected(sim: ModuleType, prompt: int, streams: int, tokens: int) -> dict[str, float]:
-    schedule = sim.predict_case(
-        sim.ReferencePerfModel(), prompt, streams, tokens, max_num_seqs=MAX_NUM_SEQS
+def expected(prompt: int, streams: int, tokens: int) -> dict[str, float]:
+    schedule = vllm_sim.predict_case(
+        vllm_sim.ReferencePerfModel(), prompt, streams, tokens, max_num_seqs=MAX_NUM_SEQS
     )
     simulated = {
         "ttft_s": statistics.fmean(first for first, _ in schedule),
@@ -94,7 +82,6 @@ def main() -> int:
     parser.add_argument("--concurrency", default="1,6,12")
     parser.add_argument("--verbose", action="store_true", help="show the bench's progress")
     args = parser.parse_args()
-    sim = load_sim()
     levels = [int(c) for c in args.concurrency.split(",")]
     rows: list[tuple[int, str, float, float, float]] = []
     cpu_share: dict[int, tuple[float, float, float]] = {}
@@ -153,7 +140,7 @@ def main() -> int:
                 if tokens != {args.max_tokens}:
                     print(f"unexpected completion lengths {tokens}", file=sys.stderr)
                     return 1
-                want = expected(sim, args.prompt, streams, args.max_tokens)
+                want = expected(args.prompt, streams, args.max_tokens)
                 got = measured(case)
                 for key in ("ttft_s", "decode_tps", "aggregate_tps"):
                     rows.append((streams, key, got[key], want[key], got[key] / want[key] - 1))

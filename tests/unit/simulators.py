@@ -1,8 +1,9 @@
 """The lab's simulators (python/gx10/lab/simulators) as the unit tests use them.
 
-The scripts run standalone in the lab containers (as /usr/bin/nvidia-smi, `vllm serve`, ...), so
-tests load them from their files; the node sysfs trees come from the RDMA sysfs simulator fed the
-recorded `ip -j addr show` of tests/fixtures/ip-addr.
+The scripts run standalone in the lab containers (as /usr/bin/nvidia-smi, ...), so tests load them
+from their files (the vLLM simulator is a package, gx10.lab.simulators.vllm_sim, imported as such);
+the node sysfs trees come from the RDMA sysfs simulator fed the recorded `ip -j addr show` of
+tests/fixtures/ip-addr.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ RECORDING = ROOT / "tests" / "fixtures" / "ip-addr" / "1-rail-ipv4.json"
 
 
 def simulator_path(name: str) -> Path:
-    """The script of simulator `name` (e.g. "nvidia_smi", "vllm_sim")."""
+    """The script of simulator `name` (e.g. "nvidia_smi", "rdma_sysfs")."""
     return SIMULATORS / f"{name}.py"
 
 

@@ -20,6 +20,7 @@ from cli_helpers import invoke
 
 from gx10.lab import LabConfig, manager
 from gx10.lab.errors import LabError
+from gx10.lab.simulators import vllm_sim
 
 CFG = LabConfig()
 A, B = CFG.nodes
@@ -273,8 +274,8 @@ def test_stall_writes_and_clears_the_simulator_file(fake: FakeLab) -> None:
 
 
 def test_the_stall_file_is_the_one_the_simulator_reads() -> None:
-    sim = (Path(manager.__file__).parent / "simulators" / "vllm_sim.py").read_text()
-    assert f'DEFAULT_STALL_FILE = "{manager.STALL_FILE}"' in sim
+    assert vllm_sim.DEFAULT_STALL_FILE == manager.STALL_FILE
+    assert vllm_sim.SimEnv.from_env({}).stall_file == Path(manager.STALL_FILE)
 
 
 def test_stall_refuses_a_worker_and_a_missing_or_stopped_container(fake: FakeLab) -> None:

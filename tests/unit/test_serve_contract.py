@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
-from simulators import load_simulator
+
+from gx10.lab.simulators import vllm_sim
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "collections"))
@@ -59,9 +60,8 @@ def _settings(rank: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_role_defaults_parse_as_vllm_serve_arguments(rank: int) -> None:
-    sim = load_simulator("vllm_sim", "gx10_vllm_sim_contract")
     args = build_args(_settings(rank))
-    ns = sim.parse_args(args)
+    ns = vllm_sim.parse_args(args)
     assert ns.tensor_parallel_size == 2
     assert ns.node_rank == rank
     assert ns.headless is (rank == 1)

@@ -1,8 +1,9 @@
 """The lab's vLLM simulator: the `vllm serve` contract the launch stage and the bench rely on.
 
-Everything runs on loopback: real processes (started from the simulator's file, as the lab image
-runs it) on ephemeral ports, every wait bounded, every process killed by its PID when the test
-ends. Pure pieces (NCCL env checks, tokenizer, tool-call extraction) are tested in-process.
+Everything runs on loopback: real processes (started as the lab image runs them: its `vllm` script,
+the package importable as `vllm_sim`) on ephemeral ports, every wait bounded, every process killed
+by its PID when the test ends. Pure pieces (NCCL env checks, tokenizer, tool-call extraction) are
+tested in-process.
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ from typing import Any
 import openai
 import pytest
 from openai import OpenAI
-from simulators import load_simulator, simulator_path
+from simulators import SIMULATORS
 
 from gx10 import smoke
+from gx10.lab.images import VLLM_ENTRY
+from gx10.lab.simulators import vllm_sim as sim
 
 ROOT = Path(__file__).resolve().parents[2]
-SIM_PATH = simulator_path("vllm_sim")
 
 API_KEY = "lab-secret"
 SERVED = "ds4-flash"
@@ -53,9 +55,6 @@ WEATHER_TOOL = {
         },
     },
 }
-
-
-sim = load_simulator("vllm_sim")
 
 
 # --------------------------------------------------------------------------------------------
@@ -168,6 +167,7 @@ class Launcher:
             NCCL_IB_HCA=HCAS,
             NCCL_IB_GID_INDEX="3",
             PYTHONUNBUFFERED="1",
+            PYTHONPATH=str(SIMULATORS),  # vllm_sim: the image has it beside its `vllm` script
         )
         env.update(extra or {})
         return env
@@ -176,7 +176,7 @@ class Launcher:
         log = self.workdir / f"{name}.log"
         with log.open("wb") as out:
             popen = subprocess.Popen(
-                [sys.executable, str(SIM_PATH), "serve", *args],
+                [sys.executable, str(VLLM_ENTRY), "serve", *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=self.env(env),

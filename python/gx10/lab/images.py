@@ -95,6 +95,20 @@ def node_spec() -> ImageSpec:
 
 SIM_LIB = "/usr/local/lib/gx10-sim"  # the simulators: first on their own sys.path
 SIM_TOKENIZER = "/usr/local/share/gx10-sim/tokenizer.json"
+VLLM_SIM_PACKAGE = HERE / "simulators" / "vllm_sim"
+# The image's `vllm` (SIM_LIB/vllm, linked from /usr/local/bin): imports vllm_sim beside it.
+VLLM_ENTRY = IMAGE_DIR / "vllm-sim" / "vllm"
+
+
+def package_files(root: Path, dest: str) -> dict[str, Path]:
+    """Every file of the package directory `root` (no __pycache__), mapped under `dest`.
+
+    Each file is in the recipe, so a change to any of them (or one added) changes the image tag."""
+    return {
+        f"{dest}/{path.relative_to(root).as_posix()}": path
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    }
 
 
 def installed_package(name: str, dest: str = SIM_LIB) -> dict[str, Path]:
@@ -108,19 +122,15 @@ def installed_package(name: str, dest: str = SIM_LIB) -> dict[str, Path]:
             f"the Python package {name!r} is not installed here; the lab image needs it "
             "(make venv installs it from requirements.lock)"
         )
-    root = Path(next(iter(spec.submodule_search_locations)))
-    return {
-        f"{dest}/{name}/{path.relative_to(root).as_posix()}": path
-        for path in sorted(root.rglob("*"))
-        if path.is_file() and "__pycache__" not in path.parts
-    }
+    return package_files(Path(next(iter(spec.submodule_search_locations))), f"{dest}/{name}")
 
 
 def vllm_sim_spec() -> ImageSpec:
     """Stands in for the community GB10 vLLM image: `vllm serve` is the vLLM simulator.
 
-    It tokenizes with a small BPE trained while the image is built (setup.sh) from the corpus
-    the project ships, with the `tokenizers` package copied from this venv."""
+    The simulator is the package `vllm_sim` in SIM_LIB, run by the `vllm` script beside it. It
+    tokenizes with a small BPE trained while the image is built (setup.sh) from the corpus the
+    project ships, with the `tokenizers` package copied from this venv."""
     sim = IMAGE_DIR / "vllm-sim"
     lib = SIM_LIB
     return ImageSpec(
@@ -128,7 +138,8 @@ def vllm_sim_spec() -> ImageSpec:
         packages_file=sim / "packages.txt",
         variant="minbase",
         files={
-            f"{lib}/vllm_sim.py": HERE / "simulators" / "vllm_sim.py",
+            f"{lib}/vllm": VLLM_ENTRY,
+            **package_files(VLLM_SIM_PACKAGE, f"{lib}/vllm_sim"),
             f"{lib}/train_tokenizer.py": HERE / "simulators" / "train_tokenizer.py",
             f"{lib}/tokenizer-corpus.txt": sim / "tokenizer-corpus.txt",
             **installed_package("tokenizers"),

@@ -1,0 +1,109 @@
+"""`vllm serve` for a lab node: the multi-node launch and the OpenAI API, without a GPU.
+
+Test equipment. The lab has no GPU, so this stands where the `vllm` entry point of the community
+GB10 image lives. It keeps the contract the project depends on, as the real server shows it:
+
+- the `vllm serve` flags we render (unknown flags rejected by the same argparse front end, exit 2);
+- the multi-node mp launch: rank 0 listens on --master-addr:--master-port like torch's TCPStore,
+  headless workers connect with retries, both sides time out with torch's wording; a heartbeat
+  keeps the pair joined afterwards (a worker whose head died keeps running and never rejoins; a
+  head whose worker died stays "healthy" until a request needs the collective, then the engine
+  dies after VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS and the server exits, as observed on GX10 pairs);
+- NCCL/Gloo environment sanity read from sysfs (interfaces, RDMA devices, the RoCE v2 GID index);
+- model directory checks (config.json, trust_remote_code) with transformers/vLLM wording;
+- an OpenAI-compatible API on the head: /health, /v1/models, /v1/chat/completions (SSE, usage,
+  reasoning, tool calls), /v1/completions, /tokenize, /metrics, --api-key.
+
+Text is generated deterministically (seeded by the prompt and the request's `seed`); timing comes
+from a pluggable PerfModel. Standalone on purpose: it runs under Debian bookworm's python3.11 with
+the standard library only, so its modules import one another relatively and nothing else. The
+image installs the package as `vllm_sim` beside its `vllm` script (image/vllm-sim/vllm); here it
+is `gx10.lab.simulators.vllm_sim` (`python -m gx10.lab.simulators.vllm_sim serve ...` runs it).
+
+Modules, each importing only modules listed before it (tests/unit/test_vllm_sim_image.py checks):
+  errors, log, perf       SimFatal and ApiError; vLLM's log format; the timing models
+  env                     SimEnv: every variable below, read once
+  cli, model              the `vllm serve` flags; the model directory and the parallel layout
+  comm, rendezvous        NCCL/Gloo checks against sysfs; the head <-> worker channel
+  tokenizer, generation   tokens and the chat template; generated text and tool calls
+  gpu_load, engine        the node's GPU load file; admission, timing, counters, death
+  api, metrics            the head's request logic; /metrics
+  http_server             the OpenAI-compatible HTTP server
+  processes               the head and the headless workers
+  entrypoint              main(): `vllm ...`
+
+Environment (sim-only knobs are GX10_SIM_*; the others are read as the real stack reads them):
+  GX10_SIM_BOOT_SECONDS        weight loading and warm-up time on every rank (default 2)
+  GX10_SIM_RENDEZVOUS_TIMEOUT  seconds both sides wait for each other (default 600, torch's default)
+  GX10_SIM_SYSFS_ROOT          sysfs to read net and infiniband devices from (default /sys)
+  GX10_SIM_GPUS_PER_NODE       visible GPUs per node (default 1, one GB10)
+  GX10_SIM_TIME_SCALE          factor on simulated prefill/decode delays (default 1; 0 = instant).
+                               Rates are modelled in simulated seconds: at scale S a wall second
+                               is 1/S simulated seconds. /metrics exports the scale
+                               (gx10_sim_info{time_scale=...}) so a client can convert; client
+                               overheads grow by 1/S in simulated time, so measure rates at 1.
+  GX10_SIM_HEARTBEAT_SECONDS   head/worker heartbeat period (default 1)
+  GX10_SIM_PERF_MODEL          name of the timing model in PERF_MODELS (default "reference",
+                               calibrated to FIELD_NOTES section 5; "simple" is the old one)
+  GX10_SIM_STATE_DIR           the nvidia-smi simulator's state directory: its `locked_clocks`
+                               ("MIN,MAX" MHz, written by -lgc) caps the SM clock the timing
+                               model sees (default /var/lib/gx10-sim/nvidia-smi); every rank
+                               writes its node's `load` there (GpuLoad: 0 idle, 0.7-1.0 while
+                               sequences run; the head sends it to the workers)
+  GX10_SIM_SM_CLOCK_MHZ        SM clock cap when no locked_clocks file exists (default unlocked)
+  GX10_SIM_STALL_FILE          stall mode (test equipment, `gx10 lab stall`): while this file
+                               exists, HTTP stays up but no engine step runs, so generation
+                               produces no token (default /run/gx10-sim/vllm/stall; the head
+                               removes a leftover one when it starts, as a restart ends a stall)
+  GX10_SIM_PREFIX_CACHE_TOKENS tokens the prefix cache remembers, least recently used out
+                               (default 2097152; the cache follows --enable-prefix-caching,
+                               on by default as in vLLM V1, in blocks of --block-size, default 16)
+  GX10_SIM_SPEC_ACCEPTANCE     draft token acceptance rate for speculative decoding (default 0.85)
+  GX10_SIM_SEED                seed mixed into every generation (default 0)
+  GX10_SIM_TOKENIZER           tokenizer.json of a BPE tokenizer (default: the regex tokenizer)
+  GX10_SIM_VLLM_VERSION        version string to report (default 0.11.1+gx10sim)
+  VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS  collective timeout once a peer is gone (default 300)
+  VLLM_API_KEY, VLLM_HOST_IP, VLLM_LOGGING_LEVEL, NCCL_*, GLOO_SOCKET_IFNAME
+
+Tokenizer: with GX10_SIM_TOKENIZER (path to a tokenizer.json; the lab image ships a small BPE
+trained at build time) the `tokenizers` package tokenizes, as a real model's tokenizer does, for
+/tokenize, /detokenize, the usage counts and the prefix cache alike. Without it (the standard
+library only) text is cut into pieces by TOKEN_PIECE_RE: up to 4 letters, up to 3 digits, one
+other symbol, each optionally with one leading space, or a run of whitespace. Special tokens
+(SPECIAL_TOKENS) are one token each either way.
+"""
+
+from .cli import parse_args
+from .comm import check_comm_env
+from .engine import Engine, PrefixCache, block_hashes
+from .entrypoint import main
+from .env import DEFAULT_STALL_FILE, SimEnv
+from .generation import tool_arguments
+from .gpu_load import GpuLoad, engine_load
+from .log import Log
+from .perf import PERF_MODELS, PerfModel, ReferencePerfModel, predict_case
+from .tokenizer import BOS, count_tokens, render_chat, tokenize, use_tokenizer
+
+__all__ = [
+    "BOS",
+    "DEFAULT_STALL_FILE",
+    "PERF_MODELS",
+    "Engine",
+    "GpuLoad",
+    "Log",
+    "PerfModel",
+    "PrefixCache",
+    "ReferencePerfModel",
+    "SimEnv",
+    "block_hashes",
+    "check_comm_env",
+    "count_tokens",
+    "engine_load",
+    "main",
+    "parse_args",
+    "predict_case",
+    "render_chat",
+    "tokenize",
+    "tool_arguments",
+    "use_tokenizer",
+]

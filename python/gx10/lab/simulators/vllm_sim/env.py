@@ -1,0 +1,77 @@
+"""Everything the simulator reads from the environment, once, at start.
+
+The package docstring lists the variables; SimEnv.from_env reads them."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .perf import DEFAULT_PERF_MODEL
+
+DEFAULT_VERSION = "0.11.1+gx10sim"
+DEFAULT_STALL_FILE = "/run/gx10-sim/vllm/stall"  # stall mode's switch (see GX10_SIM_STALL_FILE)
+
+
+def _float_env(env: Mapping[str, str], name: str, default: float) -> float:
+    try:
+        return float(env[name])
+    except (KeyError, ValueError):
+        return default
+
+
+@dataclass(frozen=True)
+class SimEnv:
+    """Everything read from the environment, once, at start."""
+
+    boot_seconds: float = 2.0
+    rendezvous_timeout: float = 600.0
+    sysfs_root: Path = Path("/sys")
+    gpus_per_node: int = 1
+    time_scale: float = 1.0
+    heartbeat_seconds: float = 1.0
+    execute_model_timeout: float = 300.0
+    perf_model: str = "reference"
+    state_dir: Path = Path("/var/lib/gx10-sim/nvidia-smi")
+    stall_file: Path = Path(DEFAULT_STALL_FILE)
+    sm_clock_mhz: float | None = None
+    prefix_cache_tokens: int = 2_097_152
+    spec_acceptance: float = 0.85
+    seed: int = 0
+    version: str = DEFAULT_VERSION
+    log_level: str = "INFO"
+    api_key: str | None = None
+    host_ip: str | None = None
+    hostname: str = "localhost"
+    raw: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> SimEnv:
+        return cls(
+            boot_seconds=max(_float_env(env, "GX10_SIM_BOOT_SECONDS", 2.0), 0.0),
+            rendezvous_timeout=max(_float_env(env, "GX10_SIM_RENDEZVOUS_TIMEOUT", 600.0), 0.0),
+            sysfs_root=Path(env.get("GX10_SIM_SYSFS_ROOT") or "/sys"),
+            gpus_per_node=max(int(_float_env(env, "GX10_SIM_GPUS_PER_NODE", 1)), 0),
+            time_scale=max(_float_env(env, "GX10_SIM_TIME_SCALE", 1.0), 0.0),
+            heartbeat_seconds=max(_float_env(env, "GX10_SIM_HEARTBEAT_SECONDS", 1.0), 0.05),
+            execute_model_timeout=max(
+                _float_env(env, "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", 300.0), 0.0
+            ),
+            perf_model=env.get("GX10_SIM_PERF_MODEL") or DEFAULT_PERF_MODEL,
+            state_dir=Path(env.get("GX10_SIM_STATE_DIR") or "/var/lib/gx10-sim/nvidia-smi"),
+            stall_file=Path(env.get("GX10_SIM_STALL_FILE") or DEFAULT_STALL_FILE),
+            sm_clock_mhz=_float_env(env, "GX10_SIM_SM_CLOCK_MHZ", 0.0) or None,
+            prefix_cache_tokens=max(
+                int(_float_env(env, "GX10_SIM_PREFIX_CACHE_TOKENS", 2_097_152)), 0
+            ),
+            spec_acceptance=min(max(_float_env(env, "GX10_SIM_SPEC_ACCEPTANCE", 0.85), 0.0), 1.0),
+            seed=int(_float_env(env, "GX10_SIM_SEED", 0)),
+            version=env.get("GX10_SIM_VLLM_VERSION") or DEFAULT_VERSION,
+            log_level=(env.get("VLLM_LOGGING_LEVEL") or "INFO").upper(),
+            api_key=env.get("VLLM_API_KEY") or None,
+            host_ip=env.get("VLLM_HOST_IP") or None,
+            hostname=socket.gethostname(),
+            raw=dict(env),
+        )
