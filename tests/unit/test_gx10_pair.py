@@ -1,0 +1,685 @@
+"""The pair supervisor agent (roles/vllm_supervisor/files/gx10-pair).
+
+Loaded as a module for its pieces (the request guard, GID drift, the status report), and run as
+two real agents on 127.0.0.1 for the pair's rules: fake ``systemctl``/``docker`` scripts keep each
+node's rank state in files (and run the agent's own ``run-rank`` on start, against a fake sysfs),
+a tiny HTTP server stands in for the head's vLLM, and GX10_PAIR_TIME_SCALE shortens every timing
+(the config holds valid production-range values; the agent multiplies them by the scale).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import http.server
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import types
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from importlib.machinery import SourceFileLoader
+from importlib.util import module_from_spec, spec_from_loader
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = ROOT / "roles" / "vllm_supervisor" / "files" / "gx10-pair"
+MODULE_UTILS = ROOT / "collections" / "ansible_collections" / "gx10" / "cluster" / "plugins"
+MODULE_UTILS = MODULE_UTILS / "module_utils"
+SCALE = 0.05
+TOKEN = "t" * 48
+API_KEY = "test-key"
+# Valid production values; times SCALE: heartbeat 0.1 s, peer timeout 1 s, worker ready 2 s,
+# head ready 3 s, lone worker 1 s, probes every 1 s (0.5 s bound), backoff 0.1-0.2 s.
+TIMINGS = {
+    "heartbeat_interval": 2,
+    "heartbeat_timeout": 20,
+    "request_timeout": 10,
+    "worker_ready_timeout": 40,
+    "head_ready_timeout": 60,
+    "lone_worker_timeout": 20,
+    "probe_interval": 20,
+    "probe_timeout": 10,
+    "stall_threshold": 2,
+    "backoff_initial": 2,
+    "backoff_max": 4,
+    "breaker_max_restarts": 3,
+    "breaker_window": 600,
+}
+DEV = {"a": "rocep1s0f0", "b": "rocep1s0f1"}
+NETDEV = {"a": "eth-a", "b": "eth-b"}
+RAIL_IP = {"a": "192.168.100.10", "b": "192.168.100.11"}
+
+FAKE_SYSTEMCTL = r"""#!/bin/bash
+# fake-systemctl NODE_DIR EVENTS VERB [--quiet] UNIT: the rank's state is the file NODE_DIR/active
+dir=$1 events=$2 verb=$3
+node=$(basename "$dir")
+case $verb in
+  is-active) [ -e "$dir/active" ] ;;
+  start)
+    echo "$node start" >> "$events"
+    # The real unit's ExecStart: resolve the GID, write gid.env, record it, exec the argv (true).
+    "$FAKE_PYTHON" "$FAKE_AGENT" run-rank 2>> "$dir/run-rank.log" || exit 1
+    [ -e "$dir/crash" ] && exit 0       # a rank that exits at once: never active
+    touch "$dir/active"
+    [ -e "$dir/ready-line" ] && cp "$dir/ready-line" "$dir/logs"
+    exit 0 ;;
+  stop)
+    [ -e "$dir/active" ] && echo "$node stop" >> "$events"
+    rm -f "$dir/active" "$dir/logs"
+    exit 0 ;;
+  *) exit 1 ;;
+esac
+"""
+FAKE_DOCKER = """#!/bin/bash
+# fake-docker NODE_DIR logs CONTAINER
+cat "$1/logs" 2>/dev/null
+exit 0
+"""
+
+
+def load_agent() -> types.ModuleType:
+    if str(MODULE_UTILS) not in sys.path:
+        sys.path.insert(0, str(MODULE_UTILS))
+    loader = SourceFileLoader("gx10_pair", str(AGENT))
+    spec = spec_from_loader("gx10_pair", loader)
+    assert spec is not None
+    module = module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+pair = load_agent()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write_gid_table(root: Path, dev: str, netdev: str, ipv4: str, index: int) -> None:
+    """A one-port table: link-local at 0/1, the rail's v1 at index-1 and its v2 at index."""
+    base = root / "class" / "infiniband" / dev / "ports" / "1"
+    for sub in ("gids", "gid_attrs/types", "gid_attrs/ndevs"):
+        (base / sub).mkdir(parents=True, exist_ok=True)
+    mapped = ipaddress.IPv6Address(f"::ffff:{ipv4}").exploded
+    slots = {0: ("fe80::1", "IB/RoCE v1"), 1: ("fe80::1", "RoCE v2")}
+    slots[index - 1] = (mapped, "IB/RoCE v1")
+    slots[index] = (mapped, "RoCE v2")
+    for slot in range(8):
+        gid, kind = slots.get(slot, ("::", ""))
+        (base / "gids" / str(slot)).write_text(ipaddress.IPv6Address(gid).exploded + "\n")
+        (base / "gid_attrs" / "types" / str(slot)).write_text(kind + "\n")
+        (base / "gid_attrs" / "ndevs" / str(slot)).write_text((netdev if kind else "") + "\n")
+
+
+class FakeVllm(http.server.ThreadingHTTPServer):
+    """The head's API: healthy while the head's fake rank is active; a stall mode (no tokens)."""
+
+    daemon_threads = True
+
+    def __init__(self, head_dir: Path) -> None:
+        self.head_dir = head_dir
+        self.completions: list[dict[str, Any]] = []
+        self.stall = False
+        super().__init__(("127.0.0.1", 0), _VllmHandler)
+
+
+class _VllmHandler(http.server.BaseHTTPRequestHandler):
+    server: FakeVllm
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    def _reply(self, code: int, data: dict[str, Any]) -> None:
+        body = json.dumps(data).encode()
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _authorized(self) -> bool:
+        return self.headers.get("Authorization") == f"Bearer {API_KEY}"
+
+    def do_GET(self) -> None:
+        if not (self.server.head_dir / "active").exists():
+            self._reply(503, {"error": "not up"})
+        elif self.path == "/v1/models" and not self._authorized():
+            self._reply(401, {"error": "key"})
+        else:
+            self._reply(200, {"ok": True})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        request = json.loads(self.rfile.read(length))
+        self.server.completions.append({"at": time.monotonic(), "request": request})
+        if not self._authorized():
+            self._reply(401, {"error": "key"})
+        elif self.server.stall:
+            self._reply(200, {"choices": [{"text": ""}], "usage": {"completion_tokens": 0}})
+        else:
+            self._reply(200, {"choices": [{"text": "x"}], "usage": {"completion_tokens": 1}})
+
+
+class Pair:
+    """Two agents (a: head, b: worker) with their fake nodes, in ``tmp``."""
+
+    def __init__(self, tmp: Path, timings: dict[str, Any]) -> None:
+        self.tmp = tmp
+        self.events = tmp / "events"
+        self.events.touch()
+        self.lib = tmp / "lib"
+        self.lib.mkdir()
+        shutil.copy(AGENT, self.lib / "gx10-pair")
+        for name in ("pair_config.py", "roce_gid.py"):
+            shutil.copy(MODULE_UTILS / name, self.lib / name)
+        (tmp / "fake-systemctl").write_text(FAKE_SYSTEMCTL)
+        (tmp / "fake-docker").write_text(FAKE_DOCKER)
+        (tmp / "token").write_text(TOKEN)
+        (tmp / "token").chmod(0o600)
+        (tmp / "api_key").write_text(API_KEY)
+        (tmp / "rank.json").write_text(json.dumps({"schema": 1, "argv": ["true"]}))
+        self.ports = {"a": free_port(), "b": free_port()}
+        self.dirs = {n: tmp / n for n in "ab"}
+        for name, path in self.dirs.items():
+            path.mkdir()
+            write_gid_table(path / "sys", DEV[name], NETDEV[name], RAIL_IP[name], 3)
+        (self.dirs["b"] / "ready-line").write_text("INFO (EngineCore) Worker ready\n")
+        self.vllm = FakeVllm(self.dirs["a"])
+        threading.Thread(target=self.vllm.serve_forever, daemon=True).start()
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        for name in "ab":
+            self.write_config(name, timings)
+
+    def write_config(self, name: str, timings: dict[str, Any]) -> None:
+        other = "b" if name == "a" else "a"
+        url = f"http://127.0.0.1:{self.vllm.server_address[1]}"
+        head = name == "a"
+        config = pair.pair_config.build_config(
+            node=f"node-{name}",
+            role="head" if head else "worker",
+            listen_address="127.0.0.1",
+            listen_port=self.ports[name],
+            peer_name=f"node-{other}",
+            peer_address="127.0.0.1",
+            peer_port=self.ports[other],
+            token_file=str(self.tmp / "token"),
+            rank={
+                "container": f"vllm-{name}",
+                "health_urls": [f"{url}/health", f"{url}/v1/models"] if head else [],
+                "model": "tiny" if head else None,
+                "api_key_file": str(self.tmp / "api_key") if head else None,
+            },
+            gid={
+                "rails": [
+                    {"netdev": NETDEV[name], "address": RAIL_IP[name], "rdma_dev": DEV[name]}
+                ],
+                "sysfs_root": str(self.dirs[name] / "sys"),
+                "env_file": str(self.dirs[name] / "gid.env"),
+                "default_index": 7,
+            },
+            bench_lock=str(self.dirs[name] / "bench.lock"),
+            state_dir=str(self.dirs[name] / "state"),
+            timings=timings,
+        )
+        assert pair.pair_config.validate_config(config) == []
+        (self.dirs[name] / "pair.json").write_text(json.dumps(config))
+
+    def env(self, name: str) -> dict[str, str]:
+        node = self.dirs[name]
+        return {
+            **os.environ,
+            "GX10_PAIR_CONFIG": str(node / "pair.json"),
+            "GX10_PAIR_RANK": str(self.tmp / "rank.json"),
+            "GX10_PAIR_SYSTEMCTL": f"bash {self.tmp / 'fake-systemctl'} {node} {self.events}",
+            "GX10_PAIR_DOCKER": f"bash {self.tmp / 'fake-docker'} {node}",
+            "GX10_PAIR_TIME_SCALE": str(SCALE),
+            "FAKE_PYTHON": sys.executable,
+            "FAKE_AGENT": str(self.lib / "gx10-pair"),
+        }
+
+    def cli(self, name: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(self.lib / "gx10-pair"), *args],
+            env=self.env(name),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+
+    def start(self, name: str) -> None:
+        log = (self.dirs[name] / "agent.log").open("ab")
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, str(self.lib / "gx10-pair"), "serve"],
+            env=self.env(name),
+            stdout=log,
+            stderr=log,
+        )
+        deadline = time.monotonic() + 10
+        while True:  # until the agent listens
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", self.ports[name])) == 0:
+                    return
+            if time.monotonic() > deadline or self.procs[name].poll() is not None:
+                raise AssertionError(f"agent {name} did not listen:\n{self.log(name)}")
+            time.sleep(0.02)
+
+    def terminate(self, name: str, sig: int = signal.SIGTERM) -> int:
+        proc = self.procs.pop(name)
+        proc.send_signal(sig)
+        return proc.wait(timeout=15)
+
+    def close(self) -> None:
+        for name in list(self.procs):
+            self.terminate(name, signal.SIGKILL)
+        self.vllm.shutdown()
+        self.vllm.server_close()
+
+    def status(self, name: str) -> dict[str, Any]:
+        done = self.cli(name, "status", "--json")
+        assert done.returncode == 0, done.stderr
+        result: dict[str, Any] = json.loads(done.stdout)
+        return result
+
+    def event_list(self) -> list[str]:
+        return [line for line in self.events.read_text().splitlines() if line]
+
+    def active(self, name: str) -> bool:
+        return (self.dirs[name] / "active").exists()
+
+    def log(self, name: str) -> str:
+        return (self.dirs[name] / "agent.log").read_text(errors="replace")
+
+    def wait(self, what: str, predicate: Callable[[], bool], timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(0.05)
+        raise AssertionError(
+            f"timed out waiting for {what}\nevents: {self.event_list()}\n"
+            f"head log:\n{self.log('a')[-3000:]}\nworker log:\n{self.log('b')[-3000:]}"
+        )
+
+    def state(self, name: str) -> str:
+        data = pair.read_json(str(self.dirs[name] / "state" / "status.json"), {})
+        return str(data.get("state"))
+
+    def serving(self) -> bool:
+        return self.state("a") == "serving" and self.state("b") == "serving"
+
+    def up(self) -> None:
+        self.start("b")
+        self.start("a")
+        self.wait("the pair serving", self.serving)
+
+
+@pytest.fixture
+def make_pair(tmp_path: Path) -> Iterator[Callable[..., Pair]]:
+    made: list[Pair] = []
+
+    def make(**overrides: Any) -> Pair:
+        built = Pair(tmp_path / f"pair{len(made)}", {**TIMINGS, **overrides})
+        made.append(built)
+        return built
+
+    for index in range(3):
+        (tmp_path / f"pair{index}").mkdir()
+    yield make
+    for built in made:
+        built.close()
+
+
+def after(events: list[str], marker: int) -> list[str]:
+    return events[marker:]
+
+
+# --------------------------------------------------------------------------------------------
+# Pieces, in process
+# --------------------------------------------------------------------------------------------
+
+
+def _headers(token: bytes, op: str, body: bytes, stamp: float, nonce: str) -> dict[str, str]:
+    text = f"{stamp:.3f}"
+    return {
+        "X-Gx10-Timestamp": text,
+        "X-Gx10-Nonce": nonce,
+        "X-Gx10-Signature": pair.signature(token, op, text, nonce, body),
+    }
+
+
+def test_guard_accepts_a_signed_request_once_and_refuses_the_rest() -> None:
+    token = TOKEN.encode()
+    guard = pair.Guard(token)
+    body = b'{"generation": 1}'
+    now = 1_000_000.0
+    good = _headers(token, "start", body, now, "a" * 32)
+    assert guard.check("start", good, body, now=now + 1) is None
+    assert guard.check("start", good, body, now=now + 2) == "replayed nonce"
+    other = _headers(token, "start", body, now, "b" * 32)
+    assert guard.check("stop", other, body, now=now) == "bad signature"  # op is signed
+    assert guard.check("start", other, body + b" ", now=now) == "bad signature"  # body is signed
+    wrong = _headers(b"x" * 48, "start", body, now, "c" * 32)
+    assert guard.check("start", wrong, body, now=now) == "bad signature"
+    stale = _headers(token, "start", body, now - 61, "d" * 32)
+    assert "outside the 60s window" in str(guard.check("start", stale, body, now=now))
+    fresh = _headers(token, "start", body, now - 59, "e" * 32)
+    assert guard.check("start", fresh, body, now=now) is None
+    assert guard.check("start", {**good, "X-Gx10-Nonce": "zz"}, body, now=now) == "no valid nonce"
+
+
+def test_gid_drift_names_the_rail_and_both_indices() -> None:
+    pinned = {"rails": {"eth0": 3, "eth1": 3}}
+    assert pair.gid_drift(pinned, {"eth0": 3, "eth1": 3}) is None
+    assert pair.gid_drift(pinned, {"eth0": 3, "eth1": 4}) == "gid-changed:eth1 3->4"
+    assert pair.gid_drift(pinned, {"eth0": None, "eth1": 3}) == "gid-changed:eth0 3->None"
+    assert pair.gid_drift(None, {"eth0": 9}) is None
+
+
+def test_time_scale_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GX10_PAIR_TIME_SCALE", "0.5")
+    assert pair.time_scale() == 0.5
+    for bad in ("0", "2", "fast"):
+        monkeypatch.setenv("GX10_PAIR_TIME_SCALE", bad)
+        with pytest.raises(SystemExit, match="GX10_PAIR_TIME_SCALE"):
+            pair.time_scale()
+
+
+def test_state_files_are_written_atomically(tmp_path: Path) -> None:
+    state = pair.StateDir(str(tmp_path / "state"))
+    state.set_restarts([{"at": 1.0, "reason": "x"}])
+    state.set_breaker({"tripped": True, "reason": "r", "at": 2.0})
+    assert state.restarts() == [{"at": 1.0, "reason": "x"}]
+    assert state.breaker() == {"tripped": True, "reason": "r", "at": 2.0}
+    assert sorted(os.listdir(tmp_path / "state")) == ["breaker.json", "restarts.json"]
+
+
+# --------------------------------------------------------------------------------------------
+# Two agents
+# --------------------------------------------------------------------------------------------
+
+
+def test_ordered_start_worker_first_then_head_and_status(make_pair: Callable[..., Pair]) -> None:
+    p = make_pair()
+    p.up()
+    events = p.event_list()
+    assert events.index("b start") < events.index("a start")
+    assert events.count("a start") == 1
+    head = p.status("a")
+    assert head["state"] == "serving"
+    assert head["generation"] == 1
+    assert head["restarts_in_window"] == 0
+    assert head["breaker"] == {"tripped": False, "reason": None, "at": None}
+    assert head["gid"] == [{"netdev": "eth-a", "pinned": 3, "current": 3}]
+    assert head["peer"]["name"] == "node-b"
+    assert head["peer"]["age"] < 5
+    worker = p.status("b")
+    assert worker["state"] == "serving"
+    assert worker["gid"] == [{"netdev": "eth-b", "pinned": 3, "current": 3}]
+    assert worker["source"] == "head"
+    assert (p.dirs["b"] / "gid.env").read_text() == "NCCL_IB_GID_INDEX=3\n"
+    text = p.cli("a", "status").stdout
+    assert "node-a (head): serving, generation 1" in text
+    assert "gid eth-a: pinned 3, current 3" in text
+
+
+def test_head_never_starts_while_the_worker_is_not_ready(make_pair: Callable[..., Pair]) -> None:
+    p = make_pair()
+    (p.dirs["b"] / "ready-line").unlink()  # the worker's log never shows it joined
+    p.start("b")
+    p.start("a")
+    p.wait("a failed start", lambda: p.status("a")["restarts_in_window"] >= 1, timeout=10)
+    events = p.event_list()
+    assert "a start" not in events
+    assert "b start" in events
+    reason = p.status("a")["last_restart"]["reason"]
+    assert reason.startswith("worker-not-ready:"), reason
+
+
+def test_a_dead_worker_rank_restarts_both_worker_first(make_pair: Callable[..., Pair]) -> None:
+    p = make_pair()
+    p.up()
+    marker = len(p.event_list())
+    (p.dirs["b"] / "active").unlink()  # the worker's rank process dies
+    p.wait("the pair serving again", lambda: p.status("a")["generation"] == 2 and p.serving())
+    events = after(p.event_list(), marker)
+    assert events[:3] == ["a stop", "b start", "a start"], events
+    head = p.status("a")
+    assert head["last_restart"]["reason"] == "worker-rank-inactive"
+    assert head["restarts_in_window"] == 1
+
+
+def test_a_dead_head_rank_restarts_both_worker_first(make_pair: Callable[..., Pair]) -> None:
+    p = make_pair()
+    p.up()
+    marker = len(p.event_list())
+    (p.dirs["a"] / "active").unlink()
+    p.wait("the pair serving again", lambda: p.status("a")["generation"] == 2 and p.serving())
+    events = after(p.event_list(), marker)
+    assert events[:3] == ["b stop", "b start", "a start"], events
+    assert p.status("a")["last_restart"]["reason"] == "head-rank-inactive"
+
+
+def test_a_worker_without_head_heartbeats_stops_its_rank(make_pair: Callable[..., Pair]) -> None:
+    p = make_pair()
+    p.up()
+    p.terminate("a", signal.SIGKILL)  # the head node is gone: no more heartbeats
+    gone = time.monotonic()
+    p.wait("the worker's rank stopped", lambda: not p.active("b"), timeout=10)
+    waited = time.monotonic() - gone
+    # heartbeat_timeout is 1 s scaled: not before it, and bounded well after it
+    assert 0.8 < waited < 5, waited
+    p.wait("the worker waiting", lambda: p.state("b") == "waiting")
+    assert "lone worker: no heartbeat from the head" in p.log("b")
+
+
+def test_a_worker_whose_head_never_starts_stops_after_the_bound(
+    make_pair: Callable[..., Pair],
+) -> None:
+    p = make_pair()
+    p.start("b")
+    token = TOKEN.encode()
+    port = p.ports["b"]
+    # The test plays a head whose agent answers but whose rank never starts.
+    pair.call("127.0.0.1", port, token, "start", {"generation": 5}, 2.0)
+    stop_beats = threading.Event()
+
+    def beats() -> None:
+        while not stop_beats.is_set():
+            info = {"generation": 5, "rank_active": False, "state": "starting", "role": "head"}
+            try:
+                pair.call("127.0.0.1", port, token, "heartbeat", info, 2.0)
+            except pair.PeerError:
+                pass
+            stop_beats.wait(0.1)
+
+    thread = threading.Thread(target=beats, daemon=True)
+    thread.start()
+    try:
+        p.wait("the worker's rank ready", lambda: "rank ready" in p.log("b"))
+        ready = time.monotonic()
+        p.wait("the worker's rank stopped", lambda: not p.active("b"), timeout=10)
+        waited = time.monotonic() - ready
+    finally:
+        stop_beats.set()
+        thread.join(timeout=5)
+    assert 0.8 < waited < 5, waited  # lone_worker_timeout is 1 s scaled
+    assert "the head's rank did not run within 20s" in p.log("b")
+    assert p.event_list() == ["b start", "b stop"]
+
+
+def test_requests_with_a_bad_mac_a_stale_timestamp_or_a_replayed_nonce_are_refused(
+    make_pair: Callable[..., Pair],
+) -> None:
+    p = make_pair()
+    p.start("b")
+    url = f"http://127.0.0.1:{p.ports['b']}/v1/start"
+    body = b'{"generation": 1}'
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def post(headers: dict[str, str]) -> int:
+        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with opener.open(request, timeout=5) as response:
+                    return int(response.status)
+            except urllib.error.HTTPError as exc:
+                return int(exc.code)
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    now = time.time()
+    assert post(_headers(b"w" * 48, "start", body, now, "1" * 32)) == 401
+    assert post(_headers(TOKEN.encode(), "start", body, now - 600, "2" * 32)) == 401
+    good = _headers(TOKEN.encode(), "heartbeat", body, now, "3" * 32)
+    url = url.replace("/start", "/heartbeat")
+    assert post(good) == 200
+    assert post(good) == 401  # the same nonce again
+    time.sleep(0.5)
+    assert "b start" not in p.event_list()
+    log = p.log("b")
+    assert "bad signature" in log
+    assert "outside the 60s window" in log
+    assert "replayed nonce" in log
+
+
+def test_a_gid_change_restarts_the_pair_with_the_reason(make_pair: Callable[..., Pair]) -> None:
+    p = make_pair()
+    p.up()
+    write_gid_table(p.dirs["b"] / "sys", DEV["b"], NETDEV["b"], RAIL_IP["b"], 5)
+    p.wait("the pair serving again", lambda: p.status("a")["generation"] == 2 and p.serving())
+    assert p.status("a")["last_restart"]["reason"] == "gid-changed:eth-b 3->5"
+    assert p.status("b")["gid"] == [{"netdev": "eth-b", "pinned": 5, "current": 5}]
+    assert (p.dirs["b"] / "gid.env").read_text() == "NCCL_IB_GID_INDEX=5\n"
+    write_gid_table(p.dirs["a"] / "sys", DEV["a"], NETDEV["a"], RAIL_IP["a"], 5)
+    p.wait("the second restart", lambda: p.status("a")["generation"] == 3 and p.serving())
+    assert p.status("a")["last_restart"]["reason"] == "gid-changed:eth-a 3->5"
+
+
+def test_stalls_restart_after_the_threshold_but_never_probe_under_the_bench_lock(
+    make_pair: Callable[..., Pair],
+) -> None:
+    p = make_pair()
+    p.up()
+    p.wait("a first probe", lambda: len(p.vllm.completions) >= 1)
+    assert p.vllm.completions[0]["request"] == {"model": "tiny", "prompt": "ping", "max_tokens": 1}
+    lock_fd = os.open(p.dirs["a"] / "bench.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)  # a benchmark session runs
+        time.sleep(0.6)  # a probe already in flight finishes
+        held = len(p.vllm.completions)
+        p.vllm.stall = True
+        time.sleep(3.5)  # three probe intervals
+        assert len(p.vllm.completions) == held
+        assert p.status("a")["generation"] == 1
+        assert "stall probe skipped: a benchmark holds the node lock" in p.log("a")
+    finally:
+        fcntl.flock(lock_fd, fcntl.LOCK_UN)
+        os.close(lock_fd)
+    released = len(p.vllm.completions)
+    p.wait("a stall restart", lambda: p.status("a")["generation"] == 2, timeout=10)
+    assert len(p.vllm.completions) - released == 2  # stall_threshold probes, then the restart
+    reason = p.status("a")["last_restart"]["reason"]
+    assert reason == "stall:no token (HTTP up, empty completion)", reason
+    assert "stall 1/2" in p.log("a")
+    p.vllm.stall = False
+    p.wait("the pair serving again", p.serving)
+
+
+def test_the_breaker_trips_after_k_restarts_and_stays_tripped_until_reset(
+    make_pair: Callable[..., Pair],
+) -> None:
+    p = make_pair(breaker_max_restarts=2)
+    (p.dirs["a"] / "crash").touch()  # a config that cannot boot: the head rank exits at once
+    p.start("b")
+    p.start("a")
+    p.wait("the breaker tripped", lambda: p.state("a") == "tripped")
+    assert p.event_list().count("a start") == 3  # the first start and K=2 restarts
+    head = p.status("a")
+    assert head["breaker"]["tripped"] is True
+    assert "3 restarts within 600s (limit 2)" in head["breaker"]["reason"]
+    assert "head-rank-inactive" in head["breaker"]["reason"]
+    p.wait("the worker stopped", lambda: not p.active("b") and p.state("b") == "waiting")
+    assert p.status("b")["breaker"]["tripped"] is True  # as the head reports it
+
+    assert p.terminate("a") == 0  # the agent restarts (a reboot): the breaker holds
+    p.start("a")
+    p.wait("tripped after the restart", lambda: p.state("a") == "tripped")
+    starts = p.event_list().count("a start") + p.event_list().count("b start")
+    time.sleep(1.0)
+    assert p.event_list().count("a start") + p.event_list().count("b start") == starts
+    assert p.status("a")["state"] == "tripped"
+
+    (p.dirs["a"] / "crash").unlink()
+    done = p.cli("a", "reset")
+    assert done.returncode == 0, done.stderr
+    p.wait("serving after the reset", p.serving)
+    head = p.status("a")
+    assert head["breaker"]["tripped"] is False
+    assert head["restarts_in_window"] == 0
+
+
+def test_sigterm_stops_supervision_and_leaves_the_rank(make_pair: Callable[..., Pair]) -> None:
+    p = make_pair()
+    p.up()
+    assert p.terminate("a") == 0
+    assert p.active("a")  # systemd stops the rank, not the agent
+    assert p.status("a")["state"] == "stopped"
+    assert "SIGTERM: supervision stops" in p.log("a")
+
+
+def test_a_restarted_head_agent_adopts_the_serving_pair(make_pair: Callable[..., Pair]) -> None:
+    p = make_pair()
+    p.up()
+    marker = len(p.event_list())
+    assert p.terminate("a") == 0
+    p.start("a")
+    p.wait("adopted", lambda: "adopted the serving pair" in p.log("a"))
+    p.wait("serving", p.serving)
+    assert after(p.event_list(), marker) == []
+    assert p.status("a")["generation"] == 1
+
+
+# --------------------------------------------------------------------------------------------
+# CLI pieces
+# --------------------------------------------------------------------------------------------
+
+
+def test_check_config_names_the_bad_key(make_pair: Callable[..., Pair]) -> None:
+    p = make_pair()
+    assert p.cli("a", "check-config").returncode == 0
+    config = json.loads((p.dirs["a"] / "pair.json").read_text())
+    config["timings"]["probe_timeout"] = 30
+    (p.dirs["a"] / "pair.json").write_text(json.dumps(config))
+    done = p.cli("a", "check-config")
+    assert done.returncode == 2
+    assert "vllm_supervisor_probe_timeout is 30" in done.stderr
+
+
+def test_run_rank_falls_back_to_the_provision_time_index(make_pair: Callable[..., Pair]) -> None:
+    p = make_pair()
+    shutil.rmtree(p.dirs["a"] / "sys")  # the resolver cannot say
+    done = p.cli("a", "run-rank")
+    assert done.returncode == 0, done.stderr
+    assert (p.dirs["a"] / "gid.env").read_text() == "NCCL_IB_GID_INDEX=7\n"
+    pinned = json.loads((p.dirs["a"] / "state" / "pinned.json").read_text())
+    assert pinned["source"] == "default"
+    assert pinned["gid_index"] == 7
+    assert "using the provision-time GID index 7" in done.stderr
+    (p.tmp / "rank.json").write_text(json.dumps({"schema": 1, "argv": []}))
+    assert p.cli("a", "run-rank").returncode == 2
