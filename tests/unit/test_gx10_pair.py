@@ -9,6 +9,7 @@ a tiny HTTP server stands in for the head's vLLM, and GX10_PAIR_TIME_SCALE short
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import http.server
 import ipaddress
@@ -139,7 +140,7 @@ class FakeVllm(http.server.ThreadingHTTPServer):
 class _VllmHandler(http.server.BaseHTTPRequestHandler):
     server: FakeVllm
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def _reply(self, code: int, data: dict[str, Any]) -> None:
@@ -503,16 +504,14 @@ def test_a_worker_whose_head_never_starts_stops_after_the_bound(
     token = TOKEN.encode()
     port = p.ports["b"]
     # The test plays a head whose agent answers but whose rank never starts.
-    pair.call("127.0.0.1", port, token, "start", {"generation": 5}, 2.0)
+    pair.call("127.0.0.1", port, token, "start", {"generation": 5}, timeout=2.0)
     stop_beats = threading.Event()
 
     def beats() -> None:
         while not stop_beats.is_set():
             info = {"generation": 5, "rank_active": False, "state": "starting", "role": "head"}
-            try:
-                pair.call("127.0.0.1", port, token, "heartbeat", info, 2.0)
-            except pair.PeerError:
-                pass
+            with contextlib.suppress(pair.PeerError):
+                pair.call("127.0.0.1", port, token, "heartbeat", info, timeout=2.0)
             stop_beats.wait(0.1)
 
     thread = threading.Thread(target=beats, daemon=True)
