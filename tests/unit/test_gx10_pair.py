@@ -459,6 +459,19 @@ def test_head_never_starts_while_the_worker_is_not_ready(make_pair: Callable[...
     assert reason.startswith("worker-not-ready:"), reason
 
 
+def test_an_absent_worker_agent_is_waited_for_not_counted(make_pair: Callable[..., Pair]) -> None:
+    p = make_pair()
+    p.start("a")
+    time.sleep(2.5)  # past worker_ready_timeout (2 s scaled): still no failed start
+    assert p.state("a") == "waiting"
+    assert p.restarts() == 0
+    assert p.event_list() == []
+    p.start("b")
+    p.wait("the pair serving", p.serving)
+    assert p.restarts() == 0
+    assert p.event_list() == ["b start", "a start"]
+
+
 def test_a_dead_worker_rank_restarts_both_worker_first(make_pair: Callable[..., Pair]) -> None:
     p = make_pair()
     p.up()
