@@ -157,8 +157,34 @@ def test_waiting_prints_each_ranks_log_tail(served: ProvisionResult) -> None:
 LAB_ENV = {
     "GX10_SIM_SYSFS_ROOT": "/run/gx10-sim/sys",
     "GX10_SIM_BOOT_SECONDS": "3",
+    "GX10_SIM_COMPILE_SECONDS": "4",
     "GX10_SIM_RENDEZVOUS_TIMEOUT": "60",
 }
+CACHE_ROOT = "/var/cache/gx10/vllm"
+
+
+def test_compile_caches_are_per_image_and_a_restart_boots_warm(served: ProvisionResult) -> None:
+    """Each rank compiled into its node's cache for this image's digest; after a crash the
+    restarted ranks load the graphs instead of compiling again."""
+    image = node_sh("gx10-a", f"docker inspect -f '{{{{.Config.Image}}}}' {CONTAINER}").strip()
+    key = "sha256-" + image.rsplit("@sha256:", 1)[1][:16]
+    for node, rank in (("gx10-a", 0), ("gx10-b", 1)):
+        listing = node_sh(node, f"ls {CACHE_ROOT}; ls {CACHE_ROOT}/{key}")
+        assert key in listing.split(), listing
+        assert {"vllm", "triton", "flashinfer", "tilelang", "deepgemm"} <= set(listing.split())
+        graphs = node_sh(node, f"find {CACHE_ROOT}/{key}/vllm -name computation_graph.py")
+        assert f"/rank_{rank}_0/backbone/computation_graph.py" in graphs, graphs
+        env = node_sh(node, f"docker exec {CONTAINER} printenv VLLM_CACHE_ROOT TRITON_CACHE_DIR")
+        assert env.split() == ["/gx10-cache/vllm", "/gx10-cache/triton"]
+    node_sh("gx10-b", f"docker kill {CONTAINER} >/dev/null")
+    result = _serve()
+    assert result.ok, result.failed_tasks
+    for node in ("gx10-a", "gx10-b"):
+        log = node_sh(node, f"docker logs {CONTAINER} 2>&1")
+        assert "Directly load the compiled graph(s)" in log, log[-2000:]
+        assert "Compiling a graph" not in log
+
+
 PHASES = {"start": 900, "weights": 1800, "compile": 3600, "graph_capture": 1800, "api": 600}
 
 

@@ -49,6 +49,24 @@ def test_preflight_names_node_value_and_fix(first_run: ProvisionResult) -> None:
         assert "Fix:" in task.message
 
 
+def test_preflight_counts_the_compile_caches_on_the_checkpoints_disk(
+    first_run: ProvisionResult,
+) -> None:
+    """The lab's caches and checkpoint share each node's filesystem: both needs add up."""
+    result = provision(
+        LAB_INVENTORY, "preflight.yml", extravars={"preflight_min_free_cache_gb": 10_000_000}
+    )
+    assert not result.ok
+    failed = {t.host: t.message for t in result.failed_tasks}
+    assert set(failed) == {"gx10-a", "gx10-b"}
+    for host, message in failed.items():
+        assert f"{host}: free disk at /srv/models/DeepSeek-V4-Flash-0731: found " in message
+        assert (
+            "expected at least 10000002 GB (preflight_min_free_disk_gb + "
+            "preflight_min_free_cache_gb: the compile caches share the filesystem)"
+        ) in message
+
+
 def test_preflight_reports_a_rail_without_carrier(rail_down: tuple[str, str]) -> None:
     node, netdev = rail_down
     result = provision(LAB_INVENTORY, "site.yml")
