@@ -6,6 +6,8 @@ stage refuses a node whose copy does not verify.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from labtools import LAB_INVENTORY, node_sh
 
@@ -148,6 +150,73 @@ def test_waiting_prints_each_ranks_log_tail(served: ProvisionResult) -> None:
     stdout = (result.artifact_dir / "stdout").read_text()
     assert f"[gx10-a] {CONTAINER}: not ready after" in stdout
     assert "last log lines:" in stdout
+    # The head's progress names its boot phase (read from its log).
+    assert re.search(rf"\[gx10-a\] {CONTAINER}: not ready after \d+ of \d+ s \(phase \w+", stdout)
+
+
+LAB_ENV = {
+    "GX10_SIM_SYSFS_ROOT": "/run/gx10-sim/sys",
+    "GX10_SIM_BOOT_SECONDS": "3",
+    "GX10_SIM_COMPILE_SECONDS": "4",
+    "GX10_SIM_RENDEZVOUS_TIMEOUT": "60",
+}
+CACHE_ROOT = "/var/cache/gx10/vllm"
+
+
+def test_compile_caches_are_per_image_and_a_restart_boots_warm(served: ProvisionResult) -> None:
+    """Each rank compiled into its node's cache for this image's digest; after a crash the
+    restarted ranks load the graphs instead of compiling again."""
+    image = node_sh("gx10-a", f"docker inspect -f '{{{{.Config.Image}}}}' {CONTAINER}").strip()
+    key = "sha256-" + image.rsplit("@sha256:", 1)[1][:16]
+    for node, rank in (("gx10-a", 0), ("gx10-b", 1)):
+        listing = node_sh(node, f"ls {CACHE_ROOT}; ls {CACHE_ROOT}/{key}")
+        assert key in listing.split(), listing
+        assert {"vllm", "triton", "flashinfer", "tilelang", "deepgemm"} <= set(listing.split())
+        graphs = node_sh(node, f"find {CACHE_ROOT}/{key}/vllm -name computation_graph.py")
+        assert f"/rank_{rank}_0/backbone/computation_graph.py" in graphs, graphs
+        env = node_sh(node, f"docker exec {CONTAINER} printenv VLLM_CACHE_ROOT TRITON_CACHE_DIR")
+        assert env.split() == ["/gx10-cache/vllm", "/gx10-cache/triton"]
+    node_sh("gx10-b", f"docker kill {CONTAINER} >/dev/null")
+    result = _serve()
+    assert result.ok, result.failed_tasks
+    for node in ("gx10-a", "gx10-b"):
+        log = node_sh(node, f"docker logs {CONTAINER} 2>&1")
+        assert "Directly load the compiled graph(s)" in log, log[-2000:]
+        assert "Compiling a graph" not in log
+
+
+PHASES = {"start": 900, "weights": 1800, "compile": 3600, "graph_capture": 1800, "api": 600}
+
+
+def test_a_hung_boot_phase_fails_at_its_own_limit_naming_it(served: ProvisionResult) -> None:
+    """The head's compile never ends: the launch fails when that phase passes its limit (6 s),
+    long before the whole wait's bound, names the phase and its variable, and stops the workers."""
+    result = _serve(
+        vllm_serve_extra_env={**LAB_ENV, "GX10_SIM_HANG_PHASE": "compile"},
+        vllm_serve_phase_timeouts={**PHASES, "compile": 6},
+    )
+    assert not result.ok
+    message = _messages(result)
+    assert re.search(
+        r"stuck in phase compile for \d+ s \(its limit is 6 s\): "
+        r"vllm_serve_phase_timeouts\.compile",
+        message,
+    ), message
+    assert "the workers were stopped too" in message
+    assert not _container_id("gx10-b")
+    again = _serve()
+    assert again.ok, again.failed_tasks
+
+
+def test_bad_phase_timeouts_are_refused_before_any_restart(served: ProvisionResult) -> None:
+    before = {n: _container_id(n) for n in ("gx10-a", "gx10-b")}
+    result = _serve(vllm_serve_phase_timeouts={**PHASES, "compiling": 60, "api": 0})
+    assert not result.ok
+    message = _messages(result)
+    assert "boot phase timeouts (vllm_serve_phase_timeouts)" in message, message
+    assert "'compiling' is no phase" in message
+    assert "api: 0 is not a number of seconds >= 1" in message
+    assert {n: _container_id(n) for n in ("gx10-a", "gx10-b")} == before
 
 
 def test_master_port_in_use_fails_clearly_and_stops_the_workers(served: ProvisionResult) -> None:

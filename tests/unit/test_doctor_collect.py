@@ -538,3 +538,31 @@ def test_the_pcie_width_threshold_is_read_from_the_evidence(tmp_path: Path) -> N
     assert c.parse_evidence("gx10-b", raw).pcie_min_width is None
     raw["pcie_thresholds"] = {"min_width": "2"}
     assert c.parse_evidence("gx10-b", raw).pcie_min_width == 2
+
+
+def test_the_known_bad_builds_the_node_matched_are_kept(tmp_path: Path) -> None:
+    raw = raw_node(tmp_path, "gx10-b")
+    fault = {
+        "id": "kho-cma-pinning",
+        "summary": "Linux 7.0 with Kexec HandOver",
+        "evidence": "kernel 7.0.0-1019-nvidia booted without kho=off",
+        "fix": "add kho=off",
+        "sources": ["NVIDIA/NV-Kernels#591"],
+    }
+    raw["kernel"] = {"ok": True, "msg": "", "release": "7.0.0-1019-nvidia", "faults": [fault]}
+    ev = c.parse_evidence("gx10-b", raw)
+    assert ev.kernel_release == "7.0.0-1019-nvidia"
+    assert ev.known_faults == (
+        r.KnownFault(
+            "kho-cma-pinning",
+            "Linux 7.0 with Kexec HandOver",
+            "kernel 7.0.0-1019-nvidia booted without kho=off",
+            "add kho=off",
+            ("NVIDIA/NV-Kernels#591",),
+        ),
+    )
+    assert ev.problems == ()
+    raw["kernel"] = {"ok": False, "msg": "ignore: kho is no known fault", "faults": []}
+    ev = c.parse_evidence("gx10-b", raw)
+    assert ev.known_faults == ()
+    assert ev.problems == ("kernel build: ignore: kho is no known fault",)

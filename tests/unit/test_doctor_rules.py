@@ -259,7 +259,20 @@ FAULTS: dict[str, Case] = {
         "gx10-a",
         "gx10-gpu-clock apply",
     ),
+    "known-bad kernel build": (
+        lambda t, _p: cluster(t, "gx10-b", known_faults=kho_fault()),
+        r.KNOWN_BAD_BUILD,
+        "gx10-b",
+        "kho=off",
+    ),
 }
+
+
+def kho_fault() -> tuple[r.KnownFault, ...]:
+    """What the collection's own table says of a 7.0 build booted without kho=off."""
+    host_faults = module_utils("host_faults")
+    found = host_faults.known_faults({"release": "7.0.0-1019-nvidia", "cmdline": ["ro"]})
+    return tuple(r.KnownFault(**{**f, "sources": tuple(f["sources"])}) for f in found)
 
 
 @pytest.mark.parametrize("case", FAULTS.values(), ids=FAULTS.keys())

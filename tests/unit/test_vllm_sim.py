@@ -162,6 +162,7 @@ class Launcher:
             GX10_SIM_HEARTBEAT_SECONDS="0.2",
             GX10_SIM_RENDEZVOUS_TIMEOUT="15",
             GX10_SIM_SYSFS_ROOT=str(self.sysfs),
+            VLLM_CACHE_ROOT=str(self.workdir / "vllm-cache"),
             NCCL_SOCKET_IFNAME=RAIL_IF,
             GLOO_SOCKET_IFNAME=RAIL_IF,
             NCCL_IB_HCA=HCAS,
@@ -502,6 +503,89 @@ def test_health_is_not_served_before_boot_finishes(lab: Launcher) -> None:
     wait_until(lambda: "Loading weights from" in head.output(), 10, "weight loading")
     assert not healthy(url)
     wait_until(lambda: healthy(url), 15, "the head after boot")
+
+
+def _boot_seconds(head: Proc, worker: Proc, url: str) -> float:
+    """Seconds from the head's start until it serves; then both are stopped."""
+    started = time.monotonic()
+    wait_until(lambda: healthy(url) or not head.alive(), 30, "the head")
+    took = time.monotonic() - started
+    assert head.alive(), head.output()
+    for proc in (head, worker):
+        proc.popen.send_signal(signal.SIGTERM)
+        assert proc.wait() == 0
+    return took
+
+
+def test_boot_phases_are_logged_in_order_and_the_compile_cache_makes_a_warm_boot(
+    lab: Launcher,
+) -> None:
+    """A cold boot compiles and fills the rank's cache (and the JIT caches it is given); the next
+    boot with the same cache directory loads the graphs, as vLLM's torch.compile cache does."""
+    jit = lab.workdir / "triton"
+    env = {"GX10_SIM_COMPILE_SECONDS": "2.0", "TRITON_CACHE_DIR": str(jit)}
+    head, worker, url = lab.pair(head_env=env, worker_env=env)
+    cold = _boot_seconds(head, worker, url)
+    out = head.output()
+    markers = [
+        "Starting to load model",
+        "Loading weights took",
+        "Dynamo bytecode transform time",
+        "Compiling a graph for compile range (1, 8192) takes",
+        "torch.compile takes",
+        "Capturing CUDA graphs",
+        "Graph capturing finished in",
+        "Starting vLLM API server 0",
+    ]
+    assert [out.index(m) for m in markers] == sorted(out.index(m) for m in markers), out
+    assert "Compiling a graph for compile range" in worker.output()
+    graphs = sorted(p.relative_to(lab.workdir) for p in lab.workdir.glob("vllm-cache/**/*.py"))
+    assert [p.parts[-3] for p in graphs] == ["rank_0_0", "rank_1_0"]
+    assert sorted(p.name.split("-")[2] for p in jit.iterdir()) == ["rank0", "rank1"]
+
+    head, worker, url = lab.pair(head_env=env, worker_env=env)
+    warm = _boot_seconds(head, worker, url)
+    assert "Directly load the compiled graph(s) for compile range (1, 8192) from the cache" in (
+        head.output()
+    )
+    assert "Compiling a graph" not in head.output()
+    assert warm < cold - 1.5, (cold, warm)
+
+
+def test_the_phases_are_what_the_serve_stages_wait_reads(lab: Launcher) -> None:
+    """The collection's boot_phases follows the simulator's log to the API phase."""
+    from gx10._collection import load as module_utils  # noqa: PLC0415
+
+    phases = module_utils("boot_phases")
+    head, worker, url = lab.pair()
+    _boot_seconds(head, worker, url)
+    seen = []
+    lines = head.output().splitlines()
+    for end in range(1, len(lines) + 1):
+        phase, _ = phases.current_phase(lines[:end])
+        if phase and (not seen or seen[-1] != phase):
+            seen.append(phase)
+    assert seen == ["start", "weights", "compile", "graph_capture", "api"]
+    lines = worker.output().splitlines()
+    assert phases.current_phase(lines)[0] == "graph_capture"
+
+
+def test_a_hung_phase_never_ends_and_never_serves(lab: Launcher) -> None:
+    env = {"GX10_SIM_HANG_PHASE": "compile"}
+    head, _worker, url = lab.pair(head_env=env)
+    wait_until(lambda: "Dynamo bytecode transform time" in head.output(), 10, "the compile")
+    time.sleep(1.0)
+    assert head.alive()
+    assert not healthy(url)
+    assert "torch.compile takes" not in head.output()
+
+
+def test_enforce_eager_skips_compile_and_capture(lab: Launcher) -> None:
+    head, worker, url = lab.pair("--enforce-eager")
+    _boot_seconds(head, worker, url)
+    assert "Dynamo bytecode" not in head.output()
+    assert "Capturing CUDA graphs" not in head.output()
+    assert "Skipping CUDA graph capture (enforce_eager)" in head.output()
 
 
 def test_dead_head_leaves_the_worker_running_without_rejoining(lab: Launcher) -> None:

@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from gx10.doctor.rules import ContainerEvidence, Evidence, RailEvidence
+from gx10.doctor.rules import ContainerEvidence, Evidence, KnownFault, RailEvidence
 from gx10.errors import Gx10Error
 from gx10.provision import EventHandler, ProvisionResult, provision
 
@@ -189,6 +189,7 @@ def parse_evidence(node: str, raw: Mapping[str, Any] | None) -> Evidence:
     recorded, cap, session = _clock_record(_section(raw, "clock_tool"))
     if not recorded:
         cap = inferred
+    known_faults = _known_faults(_section(raw, "kernel"), problems)
     return Evidence(
         node=node,
         reachable=True,
@@ -209,6 +210,31 @@ def parse_evidence(node: str, raw: Mapping[str, Any] | None) -> Evidence:
         clock_session=session,
         problems=tuple(problems),
         endpoint=str(raw["endpoint"]).strip() if raw.get("endpoint") else None,
+        kernel_release=_text(_section(raw, "kernel").get("release")),
+        known_faults=known_faults,
+    )
+
+
+def _text(value: object) -> str | None:
+    return str(value).strip() or None if value is not None else None
+
+
+def _known_faults(kernel: Mapping[str, Any], problems: list[str]) -> tuple[KnownFault, ...]:
+    """The known-bad builds the node's host_kernel_info matched (and a read failure named)."""
+    if kernel and not _bool(kernel.get("ok")):
+        problems.append(f"kernel build: {kernel.get('msg') or 'not read'}")
+    faults = kernel.get("faults")
+    found: list[Any] = faults if isinstance(faults, list) else []
+    return tuple(
+        KnownFault(
+            id=str(fault.get("id")),
+            summary=str(fault.get("summary") or ""),
+            evidence=str(fault.get("evidence") or ""),
+            fix=str(fault.get("fix") or ""),
+            sources=tuple(str(source) for source in fault.get("sources") or []),
+        )
+        for fault in found
+        if isinstance(fault, Mapping)
     )
 
 

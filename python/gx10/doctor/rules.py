@@ -40,6 +40,7 @@ WORKER_GONE = "WORKER_GONE"
 HEAD_GONE = "HEAD_GONE"
 CLOCK_CAP_LEFT = "CLOCK_CAP_LEFT"
 EVIDENCE_INCOMPLETE = "EVIDENCE_INCOMPLETE"
+KNOWN_BAD_BUILD = "KNOWN_BAD_BUILD"
 
 _RERUN_NCCL = (
     "rerun the NCCL stage (`gx10 provision -i INV -p nccl.yml`): it resolves each node's index "
@@ -88,6 +89,17 @@ class ContainerEvidence:
 
 
 @dataclass(frozen=True)
+class KnownFault:
+    """A known-bad build the node matched (the collection's host_faults table)."""
+
+    id: str
+    summary: str
+    evidence: str
+    fix: str
+    sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Evidence:
     """What one node showed. Optional parts are None (or empty) when not gathered."""
 
@@ -116,6 +128,8 @@ class Evidence:
     # an unreachable node, why it did not answer.
     problems: tuple[str, ...] = ()
     endpoint: str | None = None  # the node's API base URL as the controller reaches it
+    kernel_release: str | None = None  # uname -r
+    known_faults: tuple[KnownFault, ...] = ()  # the known-bad builds it matched
 
     def rail(self, netdev: str) -> RailEvidence | None:
         return next((rail for rail in self.rails if rail.netdev == netdev), None)
@@ -588,6 +602,20 @@ def rule_evidence_incomplete(evs: Sequence[Evidence], plan: Mapping[str, Any]) -
             )
 
 
+def rule_known_bad_build(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    """A node on a build of the known-bad table (the same judgment preflight refuses with)."""
+    for ev in _reachable(evs):
+        for fault in ev.known_faults:
+            yield Finding(
+                KNOWN_BAD_BUILD,
+                "error",
+                ev.node,
+                f"known-bad build ({fault.id}): {fault.summary}",
+                fault.evidence,
+                f"{fault.fix} (reports: {', '.join(fault.sources)})",
+            )
+
+
 RULES: tuple[Rule, ...] = (
     rule_unreachable,
     rule_rail_missing,
@@ -602,5 +630,6 @@ RULES: tuple[Rule, ...] = (
     rule_containers,
     rule_peer_gone,
     rule_clock_cap,
+    rule_known_bad_build,
     rule_evidence_incomplete,
 )

@@ -131,6 +131,7 @@ def _add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-seqs", type=int, default=None)
     parser.add_argument("--max-num-batched-tokens", type=human_readable_int, default=None)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=False)
     for name in ("--enable-prefix-caching", "--enable-chunked-prefill", "--async-scheduling"):
         parser.add_argument(name, action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--speculative-config", type=_json_value, default=None)

@@ -27,6 +27,9 @@ class SimEnv:
     """Everything read from the environment, once, at start."""
 
     boot_seconds: float = 2.0
+    compile_seconds: float = 0.0
+    capture_seconds: float = 0.1
+    hang_phase: str | None = None
     rendezvous_timeout: float = 600.0
     sysfs_root: Path = Path("/sys")
     gpus_per_node: int = 1
@@ -47,10 +50,18 @@ class SimEnv:
     hostname: str = "localhost"
     raw: Mapping[str, str] = field(default_factory=dict)
 
+    @property
+    def boot_total(self) -> float:
+        """Seconds a cold boot takes after the rendezvous: weights, compile, graph capture."""
+        return self.boot_seconds + self.compile_seconds + self.capture_seconds
+
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> SimEnv:
         return cls(
             boot_seconds=max(_float_env(env, "GX10_SIM_BOOT_SECONDS", 2.0), 0.0),
+            compile_seconds=max(_float_env(env, "GX10_SIM_COMPILE_SECONDS", 0.0), 0.0),
+            capture_seconds=max(_float_env(env, "GX10_SIM_CAPTURE_SECONDS", 0.1), 0.0),
+            hang_phase=env.get("GX10_SIM_HANG_PHASE") or None,
             rendezvous_timeout=max(_float_env(env, "GX10_SIM_RENDEZVOUS_TIMEOUT", 600.0), 0.0),
             sysfs_root=Path(env.get("GX10_SIM_SYSFS_ROOT") or "/sys"),
             gpus_per_node=max(int(_float_env(env, "GX10_SIM_GPUS_PER_NODE", 1)), 0),

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .api import Server, ServerConfig
+from .boot import Boot
 from .cli import non_default_args
 from .comm import comm_init, remote_comm_error
 from .engine import Engine
@@ -41,14 +42,26 @@ class Stop:
         self.event.set()
 
 
-def boot_wait(env: SimEnv, stop: threading.Event, log: Log, model: ModelInfo) -> None:
-    log.info_at("default_loader.py:267", f"Loading weights from {model.path}")
-    started = time.monotonic()
-    if stop.wait(env.boot_seconds):
-        raise InterruptedError
-    log.info_at(
-        "default_loader.py:299", f"Loading weights took {time.monotonic() - started:.2f} seconds"
-    )
+def boot(
+    args: argparse.Namespace,
+    env: SimEnv,
+    stop: threading.Event,
+    log: Log,
+    model: ModelInfo,
+    *,
+    rank: int,
+) -> None:
+    """This rank's weights, compile and graph capture (see boot.py)."""
+    Boot(
+        env,
+        stop,
+        log,
+        model,
+        rank=rank,
+        world=args.tensor_parallel_size * args.pipeline_parallel_size,
+        max_len=args.max_model_len or model.max_position_embeddings,
+        eager=bool(getattr(args, "enforce_eager", False)),
+    ).run()
 
 
 def clear_stall(env: SimEnv, log: Log) -> None:
@@ -112,7 +125,7 @@ class Head:
         check_parallel(args, env.gpus_per_node)
         world = args.tensor_parallel_size * args.pipeline_parallel_size
         self._join_workers(world)
-        boot_wait(env, self.stop.event, self.engine_log, model)
+        boot(args, env, self.stop.event, self.engine_log, model, rank=0)
         if self.rendezvous is not None:
             self._gather("loaded")
             self.rendezvous.broadcast({"op": "ready"})
@@ -168,7 +181,7 @@ class Head:
 
     def _gather(self, op: str) -> dict[int, dict[str, Any]]:
         assert self.rendezvous is not None
-        timeout = max(self.env.rendezvous_timeout, self.env.boot_seconds + 30.0)
+        timeout = max(self.env.rendezvous_timeout, self.env.boot_total + 30.0)
         try:
             return self.rendezvous.gather(op, timeout, self.stop.event)
         except PeerLostError as error:
@@ -291,7 +304,7 @@ class Worker:
     def _init(self, channel: Channel, model: ModelInfo) -> None:
         args, env, log = self.args, self.env, self.rank_log
         world = args.tensor_parallel_size * args.pipeline_parallel_size
-        wait = max(env.rendezvous_timeout, env.boot_seconds + 30.0)
+        wait = max(env.rendezvous_timeout, env.boot_total + 30.0)
         if self._expect(channel, ("init_comm", "abort"), wait) == "abort":
             raise remote_comm_error(env, f"{args.master_addr} (node rank 0)")
         log.info_at(
@@ -306,7 +319,7 @@ class Worker:
             raise SimFatal(problem.exc_type, problem.message)
         if self._expect(channel, ("comm_ok", "abort"), wait) == "abort":
             raise remote_comm_error(env, f"{args.master_addr} (node rank 0)")
-        boot_wait(env, self.stop.event, log, model)
+        boot(args, env, self.stop.event, log, model, rank=args.node_rank)
         channel.send({"op": "loaded"})
         self._expect(channel, ("ready",), wait)
         log.info_at("multiproc_executor.py:522", "Worker ready; waiting for work from the head.")

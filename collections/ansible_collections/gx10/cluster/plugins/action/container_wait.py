@@ -3,8 +3,9 @@
 
 A module cannot print while it runs, and a launch can take twenty minutes. The plugin runs the
 module (on the node) for slices of ``progress_interval`` seconds; after each slice that ran out of
-time it prints, on the controller, how long it has waited and the container's last log lines, then
-waits again until ``timeout``. A container that exits or is missing ends the wait at once.
+time it prints, on the controller, how long it has waited, the boot phase the log shows (with
+``phase_timeouts``) and the container's last log lines, then waits again until ``timeout``. A
+container that exits or is missing, or a phase past its own limit, ends the wait at once.
 """
 
 from __future__ import annotations
@@ -43,9 +44,15 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             if last or not outcome.get("failed") or not outcome.get("timed_out"):
                 break
             tail = outcome.get("log_tail") or []
+            phase = ""
+            if outcome.get("phase"):
+                spent = outcome.get("phase_seconds")
+                phase = f" (phase {outcome['phase']}" + (
+                    f" for {spent:.0f} s)" if isinstance(spent, (int, float)) else ")"
+                )
             display.display(
-                f"[{host}] {args.get('container')}: not ready after {elapsed:.0f} of {timeout} s; "
-                f"last log lines:\n"
+                f"[{host}] {args.get('container')}: not ready after {elapsed:.0f} of {timeout} s"
+                f"{phase}; last log lines:\n"
                 + "\n".join(f"    {line}" for line in tail[-lines:] or ["    (no output yet)"])
             )
         result.update(outcome)

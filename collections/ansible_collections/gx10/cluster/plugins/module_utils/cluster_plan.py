@@ -17,6 +17,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.gx10.cluster.plugins.module_utils.host_faults import (
+    KNOWN_FAULTS,
+    unknown_ids,
+)
+
 HEAD_GROUP = "head"
 WORKERS_GROUP = "workers"
 
@@ -51,6 +56,9 @@ _CLUSTER_WHY = {
 # The GPU clock policy (the gpu_clock role's inputs) is checked here too, so a bad value stops the
 # run before any node changes.
 CLOCK_VARS = ("gpu_clock_sm_mhz", "gpu_clock_min_mhz")
+# Known-bad builds a node's inventory has accepted (the preflight role's input), checked here so a
+# typo (which would accept nothing) stops the run before any node changes.
+FAULTS_IGNORE_VAR = "preflight_known_faults_ignore"
 # Per node: rail netdev -> RDMA device, where sysfs does not map it (the plan's rails carry it).
 RDMA_DEVICES_VAR = "gx10_rdma_devices"
 NODE_VARS = (
@@ -59,6 +67,7 @@ NODE_VARS = (
     "gx10_mgmt_interface",
     RDMA_DEVICES_VAR,
     *CLOCK_VARS,
+    FAULTS_IGNORE_VAR,
 )
 # A no-fragment ping payload of MTU - 28 (IPv4 and ICMP headers) fills one frame exactly.
 IPV4_ICMP_HEADERS = 28
@@ -256,6 +265,7 @@ def _analyse(
         _check_addresses(rail, result.nodes, result.node_ids, errors)
     for host in result.nodes:
         _check_clock_policy(host, node_vars[host], errors)
+        _check_faults_ignore(host, node_vars[host], errors)
         result.rdma_devices[host] = _check_rdma_devices(host, node_vars[host], result.rails, errors)
     return result
 
@@ -651,6 +661,25 @@ def _check_node_ids(
         owner[value] = host
         node_ids[host] = value
     return node_ids
+
+
+def _check_faults_ignore(host: str, host_vars: Mapping[str, Any], errors: list[str]) -> None:
+    """preflight_known_faults_ignore: a list of the known-bad builds table's fault ids."""
+    value = _value(host_vars, FAULTS_IGNORE_VAR)
+    if value is _MISSING:
+        return
+    known = ", ".join(fault.id for fault in KNOWN_FAULTS)
+    if not _is_list(value) or not all(isinstance(item, str) for item in value):
+        errors.append(
+            f"{FAULTS_IGNORE_VAR} on host {host} is {_show(value)}: it must be a list of fault "
+            f"ids (known: {known}), e.g. {FAULTS_IGNORE_VAR}: [] to accept none"
+        )
+        return
+    for name in unknown_ids(value):
+        errors.append(
+            f"{FAULTS_IGNORE_VAR} on host {host} names {name!r}, which is no known fault "
+            f"(known: {known}): correct the id or remove it"
+        )
 
 
 def _check_clock_policy(host: str, host_vars: Mapping[str, Any], errors: list[str]) -> None:

@@ -362,8 +362,8 @@ def link_checks(
 ) -> list[Check]:
     """This node's rails: carrier, link speed, PCIe width, MTU on both ends, the no-fragment
     ping and the route to every peer. ``peer_netdevs`` is each peer's netdev_info ``netdevs``
-    (absent: not probed); ``ping`` and ``route`` the looped command results (``item`` is
-    ``[rail, peer]``)."""
+    (absent: not probed); ``ping`` the ``gx10.cluster.rail_ping`` results (``netdev``, ``peer``,
+    ``ok``, ``message``) and ``route`` the looped command results (``item`` is ``[rail, peer]``)."""
     peer_netdevs = peer_netdevs or {}
     planned = int(mtu)
     checks: list[Check] = []
@@ -428,19 +428,17 @@ def link_checks(
             }
         )
         for result in ping:
-            if result["item"][0]["netdev"] != netdev:
+            if result["netdev"] != netdev:
                 continue
-            peer = result["item"][1]
-            said = [line for line in result.get("stdout_lines") or [] if line]
-            stderr = str(result.get("stderr") or "").strip()
+            peer = result["peer"]
             checks.append(
                 {
                     "name": (
                         f"{ends}: no-fragment {payload}-byte ping {host} -> {peer} "
                         f"{rail['peers'][peer]}"
                     ),
-                    "ok": result.get("rc", 1) == 0,
-                    "value": stderr or (said[-1] if said else "") or "no answer",
+                    "ok": result.get("ok") is True,
+                    "value": str(result.get("message") or "") or "no answer",
                     "expected": f"answers to ping -M do -s {payload} -I {netdev}",
                     "fix": _PING_FIX,
                 }

@@ -17,6 +17,10 @@ description:
     prints the container's last log lines on the controller between them.
   - Used for the ordered launch, where a headless vLLM worker is "up" once it logs that it is
     joining the head, and the head is ready when C(/health) and C(/v1/models) answer 200.
+  - With I(phase_timeouts), it also follows the boot phase the log shows (start, weights,
+    compile, graph_capture, api; C(module_utils/boot_phases.py)) and fails as soon as one phase
+    has lasted longer than its own timeout, naming the phase; I(timeout) still bounds the whole
+    wait. A phase is timed from its marker's own log timestamp.
 options:
   container:
     description: Container name or id.
@@ -60,6 +64,20 @@ options:
     description: Log lines each progress report shows.
     type: int
     default: 5
+  phases:
+    description: >-
+      The boot phases, in order, each C(name) and C(marker) (a regular expression that starts
+      it); by default vLLM's.
+    type: list
+    elements: dict
+  phase_timeouts:
+    description: >-
+      Seconds each named phase may last (phases not named are bounded only by I(timeout)).
+    type: dict
+  phase_timeouts_name:
+    description: The variable that set I(phase_timeouts), named in a failure message.
+    type: str
+    default: phase_timeouts
 author:
   - gx10 maintainers
 """
@@ -81,6 +99,14 @@ timed_out:
   description: Whether the wait ran out of time (the container was alive but not ready).
   returned: always
   type: bool
+phase:
+  description: The boot phase the log showed last (null before the first marker or without phases).
+  returned: always
+  type: str
+phase_seconds:
+  description: Seconds the rank had been in I(phase) (null when unknown).
+  returned: always
+  type: float
 log_tail:
   description: The last I(tail) log lines.
   returned: always
@@ -97,6 +123,15 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gx10.cluster.plugins.module_utils.boot_phases import (
+    PhaseError,
+    check_timeouts,
+    current_phase,
+    overdue,
+    parse_stamped,
+    phases_from,
+)
+
 
 def _state(container: str) -> str | None:
     proc = subprocess.run(
@@ -106,8 +141,9 @@ def _state(container: str) -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
-def _logs(container: str, tail: int | None = None) -> list[str]:
-    cmd = ["docker", "logs"] + (["--tail", str(tail)] if tail else []) + [container]
+def _logs(container: str, tail: int | None = None, stamped: bool = False) -> list[str]:
+    cmd = ["docker", "logs"] + (["--timestamps"] if stamped else [])
+    cmd += (["--tail", str(tail)] if tail else []) + [container]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     return (proc.stdout + proc.stderr).splitlines()
 
@@ -125,26 +161,58 @@ def _http_status(url: str, api_key: str | None = None) -> int | None:
         return None
 
 
-def wait(params: dict[str, Any], clock: Any = time) -> tuple[bool, str, float, list[str]]:
-    """Returns (ready, reason, elapsed, log tail); a timeout's reason starts "timed out"."""
+def wait(params: dict[str, Any], clock: Any = time) -> dict[str, Any]:
+    """Poll until ready, dead, a phase overdue or the timeout.
+
+    Returns ready, reason (a timeout's starts "timed out", an overdue phase's "stuck in
+    phase"), elapsed, phase, phase_seconds and tail.
+    """
     container, tail = params["container"], params["tail"]
     pattern = re.compile(params["log_regex"]) if params.get("log_regex") else None
+    timeouts_given = params.get("phase_timeouts")
+    phases = phases_from(params.get("phases")) if timeouts_given is not None else ()
+    limits = check_timeouts(timeouts_given or {}, phases) if phases else {}
     started = clock.monotonic()
+    outcome: dict[str, Any] = {"phase": None, "phase_seconds": None}
+
+    def done(ready: bool, reason: str, lines: list[str]) -> dict[str, Any]:
+        plain = [parse_stamped(line)[1] for line in lines]
+        return {
+            **outcome,
+            "ready": ready,
+            "reason": reason,
+            "elapsed": clock.monotonic() - started,
+            "tail": plain[-tail:] if tail else plain,
+        }
+
     while True:
         elapsed = clock.monotonic() - started
         state = _state(container)
         if state is None:
-            return False, f"container {container} does not exist", elapsed, []
+            return done(False, f"container {container} does not exist", [])
+        lines = _logs(container, stamped=bool(phases))
         if state != "running":
-            return False, f"container {container} is {state}", elapsed, _logs(container, tail)
-        log_ok = pattern is None or any(pattern.search(line) for line in _logs(container))
+            return done(False, f"container {container} is {state}", lines)
+        plain = [parse_stamped(line)[1] for line in lines] if phases else lines
+        if phases:
+            phase, since = current_phase(lines, phases)
+            now = clock.time()
+            outcome = {
+                "phase": phase,
+                "phase_seconds": round(now - since, 1) if since is not None else None,
+            }
+            stuck = overdue(phase, since, now, limits)
+            if stuck:
+                name = params.get("phase_timeouts_name") or "phase_timeouts"
+                return done(False, f"{stuck}: {name}.{phase}", lines)
+        log_ok = pattern is None or any(pattern.search(line) for line in plain)
         urls = params.get("url") or []
         pending = [
             url for url in urls if _http_status(url, params.get("api_key")) != params["status"]
         ]
         url_ok = not pending
         if log_ok and url_ok:
-            return True, "ready", elapsed, _logs(container, tail)
+            return done(True, "ready", lines)
         if elapsed >= params["timeout"]:
             waiting = []
             if not log_ok:
@@ -152,7 +220,9 @@ def wait(params: dict[str, Any], clock: Any = time) -> tuple[bool, str, float, l
             if not url_ok:
                 waiting.append(f"{' and '.join(pending)} to answer {params['status']}")
             reason = f"timed out after {params['timeout']} s waiting for {' and '.join(waiting)}"
-            return False, reason, elapsed, _logs(container, tail)
+            if outcome["phase"]:
+                reason += f" (in phase {outcome['phase']})"
+            return done(False, reason, lines)
         clock.sleep(params["interval"])
 
 
@@ -169,19 +239,29 @@ def main() -> None:
             "tail": {"type": "int", "default": 40},
             "progress_interval": {"type": "int", "default": 30},
             "progress_lines": {"type": "int", "default": 5},
+            "phases": {"type": "list", "elements": "dict"},
+            "phase_timeouts": {"type": "dict"},
+            "phase_timeouts_name": {"type": "str", "default": "phase_timeouts"},
         },
         required_one_of=[("log_regex", "url")],
         supports_check_mode=True,
     )
-    ready, reason, elapsed, tail = wait(module.params)
+    try:
+        waited = wait(module.params)
+    except PhaseError as exc:
+        module.fail_json(msg=f"{module.params['phase_timeouts_name']}: {exc}")
     result = {
         "changed": False,
-        "elapsed": round(elapsed, 1),
-        "log_tail": tail,
-        "timed_out": reason.startswith("timed out"),
+        "elapsed": round(waited["elapsed"], 1),
+        "log_tail": waited["tail"],
+        "timed_out": waited["reason"].startswith("timed out"),
+        "phase": waited["phase"],
+        "phase_seconds": waited["phase_seconds"],
     }
-    if not ready:
-        module.fail_json(msg=f"{reason}; last log lines:\n" + "\n".join(tail), **result)
+    if not waited["ready"]:
+        module.fail_json(
+            msg=f"{waited['reason']}; last log lines:\n" + "\n".join(waited["tail"]), **result
+        )
     module.exit_json(**result)
 
 

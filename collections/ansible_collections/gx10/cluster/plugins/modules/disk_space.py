@@ -40,6 +40,10 @@ total_bytes:
   description: Size of the filesystem.
   returned: always
   type: int
+device:
+  description: The filesystem's device number (C(st_dev)); two paths on one filesystem share it.
+  returned: always
+  type: int
 """
 
 import os
@@ -65,6 +69,7 @@ def space(path: str) -> dict[str, Any]:
         "probed": probe,
         "free_bytes": st.f_bavail * st.f_frsize,
         "total_bytes": st.f_blocks * st.f_frsize,
+        "device": os.stat(probe).st_dev,
     }
 
 

@@ -28,6 +28,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[4]))
 
+from ansible_collections.gx10.cluster.plugins.module_utils import rail_ping  # noqa: E402
 from ansible_collections.gx10.cluster.tests.unit.localhost_playbook import (  # noqa: E402
     REPO_ROOT,
     run_ansible_playbook,
@@ -114,6 +115,23 @@ def _link(
     }
 
 
+def _rail_ping_result(rail: dict[str, Any], peer: str, said: dict[str, Any]) -> dict[str, Any]:
+    """The same ping as gx10.cluster.rail_ping reports it (the role's probe since the Jinja's
+    looped `ping` command): each recorded result carries both forms, so the Jinja revision and the
+    worktree read the same outcome."""
+    rc = int(said["rc"])
+    message = rail_ping.said(
+        rc, "\n".join(said.get("stdout_lines") or []), said.get("stderr") or ""
+    )
+    return {
+        **rail_ping.targets([rail], [peer])[0],
+        "ok": rc == 0,
+        "rc": rc,
+        "attempts": 1,
+        "message": message,
+    }
+
+
 def _probes(
     plan: dict[str, Any],
     host: str,
@@ -127,18 +145,12 @@ def _probes(
     for rail in rails:
         for peer in rail["peers"]:
             key = (rail["netdev"], peer)
-            fail = ping_fail.get(key)
-            if fail is None:
-                pings.append(
-                    {
-                        "item": [rail, peer],
-                        "rc": 0,
-                        "stderr": "",
-                        "stdout_lines": ["PING x", "", "rtt min/avg/max/mdev = 0.1/0.1/0.1/0.0 ms"],
-                    }
-                )
-            else:
-                pings.append({"item": [rail, peer], **fail})
+            fail = ping_fail.get(key) or {
+                "rc": 0,
+                "stderr": "",
+                "stdout_lines": ["PING x", "", "rtt min/avg/max/mdev = 0.1/0.1/0.1/0.0 ms"],
+            }
+            pings.append({"item": [rail, peer], **fail, **_rail_ping_result(rail, peer, fail)})
             dev = route_dev.get(key, rail["netdev"])
             if isinstance(dev, dict):
                 routes.append({"item": [rail, peer], **dev})

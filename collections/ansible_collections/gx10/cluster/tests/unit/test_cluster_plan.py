@@ -823,3 +823,18 @@ def test_rdma_devices_must_be_keyed_by_rail_netdevs(value: Any, fragments: list[
     assert len(errors) == 1, errors
     for fragment in fragments:
         assert fragment in errors[0]
+
+
+def test_known_faults_ignore_names_only_known_fault_ids() -> None:
+    assert (
+        errors_of(per_host={"gx10-a": {"preflight_known_faults_ignore": ["kho-cma-pinning"]}}) == []
+    )
+    assert errors_of(per_host={"gx10-a": {"preflight_known_faults_ignore": []}}) == []
+    error = one_error(per_host={"gx10-a": {"preflight_known_faults_ignore": ["kho_cma"]}})
+    assert error == (
+        "preflight_known_faults_ignore on host gx10-a names 'kho_cma', which is no known fault "
+        "(known: kho-cma-pinning): correct the id or remove it"
+    )
+    error = one_error(per_host={"gx10-b": {"preflight_known_faults_ignore": "kho-cma-pinning"}})
+    assert error.startswith("preflight_known_faults_ignore on host gx10-b is 'kho-cma-pinning':")
+    assert_mentions(error, "a list of fault ids", "preflight_known_faults_ignore: []")

@@ -3,11 +3,21 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from ansible_collections.gx10.cluster.plugins.modules import container_wait
+
+# The fake node's wall clock starts here (2026-12-04T03:00:00Z), as docker's log stamps do.
+EPOCH = 1796353200.0
+
+
+def stamp(at: float) -> str:
+    """docker logs --timestamps' prefix for a line logged ``at`` seconds into the test."""
+    whole = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(EPOCH + int(at)))
+    return f"{whole}.{int(at % 1 * 1e9):09d}Z "
 
 
 class FakeClock:
@@ -16,6 +26,9 @@ class FakeClock:
 
     def monotonic(self) -> float:
         return self.now
+
+    def time(self) -> float:
+        return EPOCH + self.now
 
     def sleep(self, seconds: float) -> None:
         self.now += seconds
@@ -35,7 +48,9 @@ def node(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(
         container_wait,
         "_logs",
-        lambda c, tail=None: [line for at, line in world["log"] if at <= clock.now][-(tail or 0) :],
+        lambda c, tail=None, stamped=False: [
+            (stamp(at) if stamped else "") + line for at, line in world["log"] if at <= clock.now
+        ][-(tail or 0) :],
     )
     monkeypatch.setattr(
         container_wait,
@@ -47,20 +62,21 @@ def node(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     return world
 
 
+def waited(params: dict[str, Any], node: dict[str, Any]) -> tuple[bool, str, float, list[str]]:
+    got = container_wait.wait(params, node["clock"])
+    return got["ready"], got["reason"], got["elapsed"], got["tail"]
+
+
 def test_ready_when_the_log_line_appears(node: dict[str, Any]) -> None:
     node["log"] = [(0, "Launching vLLM"), (10, "headless multiproc executor, with head node")]
-    ready, reason, elapsed, _ = container_wait.wait(
-        _params(log_regex="headless multiproc executor"), node["clock"]
-    )
+    ready, reason, elapsed, _ = waited(_params(log_regex="headless multiproc executor"), node)
     assert (ready, reason) == (True, "ready")
     assert elapsed == 10
 
 
 def test_ready_when_health_answers(node: dict[str, Any]) -> None:
     node["http"] = {20: 200}
-    ready, _, elapsed, _ = container_wait.wait(
-        _params(url=["http://127.0.0.1:8000/health"]), node["clock"]
-    )
+    ready, _, elapsed, _ = waited(_params(url=["http://127.0.0.1:8000/health"]), node)
     assert ready
     assert elapsed == 20
 
@@ -68,9 +84,7 @@ def test_ready_when_health_answers(node: dict[str, Any]) -> None:
 def test_fails_fast_with_the_log_when_the_container_exits(node: dict[str, Any]) -> None:
     node["state"] = lambda t: "running" if t < 6 else "exited"
     node["log"] = [(0, "boot"), (5, "RuntimeError: NCCL error: unhandled system error")]
-    ready, reason, elapsed, tail = container_wait.wait(
-        _params(url=["http://127.0.0.1:8000/health"]), node["clock"]
-    )
+    ready, reason, elapsed, tail = waited(_params(url=["http://127.0.0.1:8000/health"]), node)
     assert not ready
     assert reason == "container gx10-vllm is exited"
     assert elapsed == 6
@@ -78,9 +92,7 @@ def test_fails_fast_with_the_log_when_the_container_exits(node: dict[str, Any]) 
 
 
 def test_times_out_naming_what_it_waited_for(node: dict[str, Any]) -> None:
-    ready, reason, elapsed, _ = container_wait.wait(
-        _params(url=["http://h/health"], timeout=30), node["clock"]
-    )
+    ready, reason, elapsed, _ = waited(_params(url=["http://h/health"], timeout=30), node)
     assert not ready
     assert reason == "timed out after 30 s waiting for http://h/health to answer 200"
     assert 30 <= elapsed < 33
@@ -88,7 +100,7 @@ def test_times_out_naming_what_it_waited_for(node: dict[str, Any]) -> None:
 
 def test_missing_container(node: dict[str, Any]) -> None:
     node["state"] = lambda t: None
-    ready, reason, _, _ = container_wait.wait(_params(log_regex="x"), node["clock"])
+    ready, reason, _, _ = waited(_params(log_regex="x"), node)
     assert not ready
     assert reason == "container gx10-vllm does not exist"
 
@@ -101,16 +113,102 @@ def test_every_url_must_answer(node: dict[str, Any], monkeypatch: pytest.MonkeyP
         "_http_status",
         lambda url, key=None: 200 if node["clock"].now >= answers[url] else None,
     )
-    ready, _, elapsed, _ = container_wait.wait(_params(url=list(answers)), node["clock"])
+    ready, _, elapsed, _ = waited(_params(url=list(answers)), node)
     assert ready
     assert elapsed == 12
     node["clock"].now = 0.0
-    ready, reason, _, _ = container_wait.wait(_params(url=list(answers), timeout=4), node["clock"])
+    ready, reason, _, _ = waited(_params(url=list(answers), timeout=4), node)
     assert not ready
     assert (
         reason
         == "timed out after 4 s waiting for http://h/health and http://h/v1/models to answer 200"
     )
+
+
+# Boot phases: vLLM's own lines, as a first boot with an empty compile cache prints them.
+BOOT = [
+    (0, "INFO 12-04 03:00:00 [api_server.py:1885] vLLM API server version 0.25.2"),
+    (1, "INFO 12-04 03:00:01 [utils.py:253] non-default args: {'model': '/models/x'}"),
+    (30, "(EngineCore_DP0 pid=212) INFO [gpu_model_runner.py:2602] Starting to load model /m"),
+    (300, "(EngineCore_DP0 pid=212) INFO [default_loader.py:299] Loading weights took 270 s"),
+    (302, "(EngineCore_DP0 pid=212) INFO [backends.py:548] Dynamo bytecode transform time: 9 s"),
+    (2100, "(EngineCore_DP0 pid=212) INFO [monitor.py:34] torch.compile takes 1790.12 s in total"),
+    (2101, "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|##########| 67/67"),
+    (2160, "(EngineCore_DP0 pid=212) INFO [gpu_model_runner.py:3480] Graph capturing finished"),
+    (2170, "INFO [api_server.py:1971] Starting vLLM API server 0 on http://0.0.0.0:8000"),
+]
+LIMITS = {"start": 600, "weights": 1800, "compile": 3600, "graph_capture": 900, "api": 300}
+
+
+def test_a_long_cold_compile_within_its_phase_limit_is_not_killed(node: dict[str, Any]) -> None:
+    node["log"] = BOOT
+    node["http"] = {2180: 200}
+    got = container_wait.wait(
+        _params(url=["http://h/health"], timeout=7200, phase_timeouts=LIMITS), node["clock"]
+    )
+    assert got["ready"]
+    assert got["elapsed"] == 2180
+    assert got["phase"] == "api"
+    assert got["phase_seconds"] == 10.0
+    assert not any(line.startswith("2026-") for line in got["tail"])  # stamps are stripped
+
+
+def test_a_hung_phase_fails_naming_the_phase_before_the_whole_timeout(
+    node: dict[str, Any],
+) -> None:
+    node["log"] = BOOT[:5]  # the compile starts at 302 s and never ends
+    got = container_wait.wait(
+        _params(
+            url=["http://h/health"],
+            timeout=7200,
+            phase_timeouts=LIMITS,
+            phase_timeouts_name="vllm_serve_phase_timeouts",
+        ),
+        node["clock"],
+    )
+    assert not got["ready"]
+    assert got["reason"] == (
+        "stuck in phase compile for 3602 s (its limit is 3600 s): vllm_serve_phase_timeouts.compile"
+    )
+    assert got["phase"] == "compile"
+    assert 3902 <= got["elapsed"] <= 3906
+
+
+def test_the_phase_is_timed_from_its_log_stamp_not_from_the_wait(node: dict[str, Any]) -> None:
+    """A wait that begins late (the action's next slice, a re-run) still sees a phase's age."""
+    node["log"] = BOOT[:3]  # loading since 30 s
+    node["clock"].now = 1900.0
+    got = container_wait.wait(
+        _params(url=["http://h/health"], timeout=60, phase_timeouts=LIMITS), node["clock"]
+    )
+    assert got["reason"] == (
+        "stuck in phase weights for 1870 s (its limit is 1800 s): phase_timeouts.weights"
+    )
+    assert got["elapsed"] == 0
+
+
+def test_phases_only_move_forward() -> None:
+    from ansible_collections.gx10.cluster.plugins.module_utils import (  # noqa: PLC0415
+        boot_phases,
+    )
+
+    lines = [stamp(at) + line for at, line in BOOT[:5]] + [stamp(400) + "Loading weights from /m"]
+    assert boot_phases.current_phase(lines) == ("compile", EPOCH + 302)
+    assert boot_phases.current_phase(["plain line"]) == (None, None)
+    assert boot_phases.current_phase(["Loading weights from /m"]) == ("weights", None)
+
+
+def test_a_timeout_for_no_phase_or_not_in_seconds_is_refused(node: dict[str, Any]) -> None:
+    from ansible_collections.gx10.cluster.plugins.module_utils import (  # noqa: PLC0415
+        boot_phases,
+    )
+
+    with pytest.raises(boot_phases.PhaseError, match="'compiling' is no phase"):
+        container_wait.wait(_params(log_regex="x", phase_timeouts={"compiling": 10}), node["clock"])
+    with pytest.raises(boot_phases.PhaseError, match=r"phase_timeouts\.compile: 0 is not"):
+        container_wait.wait(_params(log_regex="x", phase_timeouts={"compile": 0}), node["clock"])
+    with pytest.raises(boot_phases.PhaseError, match="needs a name and a marker"):
+        boot_phases.phases_from([{"name": "x"}])
 
 
 # --------------------------------------------------------------------------------------------
@@ -169,7 +267,11 @@ def test_action_prints_the_log_tail_between_slices(monkeypatch: pytest.MonkeyPat
     clock = FakeClock()
     monkeypatch.setattr(action.time, "monotonic", clock.monotonic)
     answers = [
-        _timeout(10, ["loading shard 1", "loading shard 2"]),
+        {
+            **_timeout(10, ["loading shard 1", "loading shard 2"]),
+            "phase": "weights",
+            "phase_seconds": 7.4,
+        },
         {"changed": False, "log_tail": []},
     ]
     plugin, calls = _plugin(
@@ -192,7 +294,9 @@ def test_action_prints_the_log_tail_between_slices(monkeypatch: pytest.MonkeyPat
     assert not result.get("failed")
     assert [c["timeout"] for c in calls] == [10, 10]
     assert len(shown) == 1
-    assert shown[0].startswith("[gx10-a] gx10-vllm: not ready after 10 of 60 s; last log lines:")
+    assert shown[0].startswith(
+        "[gx10-a] gx10-vllm: not ready after 10 of 60 s (phase weights for 7 s); last log lines:"
+    )
     assert shown[0].endswith("    loading shard 1\n    loading shard 2")
     assert result["elapsed"] == 13
 
@@ -232,3 +336,17 @@ def test_action_stops_at_once_when_the_container_dies(monkeypatch: pytest.Monkey
     result = plugin.run(task_vars={})
     assert len(calls) == 1
     assert result["msg"] == "container c is exited; ..."
+
+
+def test_the_phase_timeouts_filter_names_every_problem() -> None:
+    from ansible_collections.gx10.cluster.plugins.filter.boot_phase_errors import (  # noqa: PLC0415
+        boot_phase_errors,
+    )
+
+    assert boot_phase_errors(LIMITS) == []
+    assert boot_phase_errors({"compile": 0, "compiling": 5, "api": True}) == [
+        "compile: 0 is not a number of seconds >= 1",
+        "'compiling' is no phase (phases: start, weights, compile, graph_capture, api)",
+        "api: True is not a number of seconds >= 1",
+    ]
+    assert boot_phase_errors([600]) == ["[600] is not a mapping of phase to seconds"]

@@ -240,8 +240,8 @@ def test_ping_and_route() -> None:
         {RAIL["netdev"]: GOOD},
         mtu=9000,
         ping=[
-            {"item": item, "rc": 1, "stderr": " message too long ", "stdout_lines": ["x"]},
-            {"item": [{"netdev": "other"}, "b"], "rc": 0},
+            {"netdev": RAIL["netdev"], "peer": "b", "ok": False, "message": "message too long"},
+            {"netdev": "other", "peer": "b", "ok": True, "message": "rtt"},
         ],
         route=[
             {"item": item, "rc": 0, "stdout": '[{"dev": "eth0"}]', "stderr": ""},
@@ -398,7 +398,7 @@ def test_the_ping_payload_is_the_plans() -> None:
         [{**RAIL, "ping_payload": 1472}],
         {RAIL["netdev"]: GOOD},
         mtu=1500,
-        ping=[{"item": [RAIL, "b"], "rc": 0, "stdout_lines": ["ok"]}],
+        ping=[{"netdev": RAIL["netdev"], "peer": "b", "ok": True, "message": "ok"}],
     )
     assert _check(checks, "192.168.101.11")["name"].endswith(
         "no-fragment 1472-byte ping a -> b 192.168.101.11"

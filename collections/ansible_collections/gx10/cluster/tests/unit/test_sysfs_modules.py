@@ -111,6 +111,9 @@ def test_disk_space_measures_the_nearest_existing_parent(tmp_path: Path) -> None
     st = os.statvfs(tmp_path)
     assert result["total_bytes"] == st.f_blocks * st.f_frsize
     assert 0 < result["free_bytes"] <= result["total_bytes"]
+    # The filesystem's identity, so two paths on one filesystem are counted together.
+    assert result["device"] == os.stat(tmp_path).st_dev
+    assert disk_space.space("/proc/self")["device"] != result["device"]
 
 
 @pytest.mark.parametrize("path", ["/", "/nonexistent/deeper/still"])
