@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.gx10.cluster.plugins.module_utils import pair_config
 from ansible_collections.gx10.cluster.plugins.module_utils.host_faults import (
     KNOWN_FAULTS,
     unknown_ids,
@@ -43,8 +44,12 @@ OPTIONAL_RAIL_KEYS = ("addresses",)
 # disk there, the serve stage mounts it (the same path inside the container) as vLLM's --model.
 MODEL_DIR_VAR = "gx10_model_dir"
 DEFAULT_MODEL_DIR = "/srv/models/DeepSeek-V4-Flash-0731"
+# Whether the pair supervises itself on its nodes (the vllm_supervisor role); the plan carries it
+# as `supervised`, which the serve stage and stop.yml follow.
+SUPERVISED_VAR = "vllm_supervisor_enabled"
+DEFAULT_SUPERVISED = False
 # Cluster-wide variables: every node must see the same value (why, per variable).
-CLUSTER_VARS = ("gx10_rails", "gx10_rail_mtu", MODEL_DIR_VAR)
+CLUSTER_VARS = ("gx10_rails", "gx10_rail_mtu", MODEL_DIR_VAR, SUPERVISED_VAR)
 _CLUSTER_WHY = {
     "gx10_rails": "both ends of every link must agree",
     "gx10_rail_mtu": "both ends of every link must agree",
@@ -52,6 +57,7 @@ _CLUSTER_WHY = {
         "every rank loads the checkpoint from the same --model path and the workers copy the "
         "head's files into it"
     ),
+    SUPERVISED_VAR: "the agents of a pair supervise it together",
 }
 # The GPU clock policy (the gpu_clock role's inputs) is checked here too, so a bad value stops the
 # run before any node changes.
@@ -68,6 +74,7 @@ NODE_VARS = (
     RDMA_DEVICES_VAR,
     *CLOCK_VARS,
     FAULTS_IGNORE_VAR,
+    *(pair_config.variable(key) for key in pair_config.TIMINGS),
 )
 # A no-fragment ping payload of MTU - 28 (IPv4 and ICMP headers) fills one frame exactly.
 IPV4_ICMP_HEADERS = 28
@@ -203,6 +210,7 @@ def build_plan(
         "hosts": hosts,
         "master_addr": rails[0]["addresses"][head],
         "model_dir": analysis.model_dir,
+        "supervised": analysis.supervised,
     }
 
 
@@ -239,6 +247,7 @@ class _Analysis:
     node_ids: dict[str, int] = field(default_factory=dict)
     mtu: int = DEFAULT_MTU
     model_dir: str = DEFAULT_MODEL_DIR
+    supervised: bool = DEFAULT_SUPERVISED
     rails: list[_Rail] = field(default_factory=list)
     # host -> rail netdev -> RDMA device (gx10_rdma_devices)
     rdma_devices: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -259,6 +268,7 @@ def _analyse(
     result.mtu = _check_mtu(cluster["gx10_rail_mtu"], errors)
     result.rails = _check_rails(cluster["gx10_rails"], errors)
     result.model_dir = _check_model_dir(cluster[MODEL_DIR_VAR], errors)
+    result.supervised = _check_supervised(cluster[SUPERVISED_VAR], len(result.nodes), errors)
     _check_mgmt_interfaces(result.nodes, node_vars, result.rails, errors)
     result.node_ids = _check_node_ids(result.nodes, node_vars, errors)
     for rail in result.rails:
@@ -266,6 +276,8 @@ def _analyse(
     for host in result.nodes:
         _check_clock_policy(host, node_vars[host], errors)
         _check_faults_ignore(host, node_vars[host], errors)
+        if result.supervised:
+            _check_supervisor_timings(host, node_vars[host], errors)
         result.rdma_devices[host] = _check_rdma_devices(host, node_vars[host], result.rails, errors)
     return result
 
@@ -661,6 +673,31 @@ def _check_node_ids(
         owner[value] = host
         node_ids[host] = value
     return node_ids
+
+
+def _check_supervised(value: Any, nodes: int, errors: list[str]) -> bool:
+    """vllm_supervisor_enabled: a bool; the supervisor runs pairs (two nodes)."""
+    if value is _MISSING:
+        return DEFAULT_SUPERVISED
+    if not isinstance(value, bool):
+        errors.append(
+            f"{SUPERVISED_VAR} is {_show(value)} ({_type_name(value)}): it must be true or false, "
+            f"e.g. {SUPERVISED_VAR}: true"
+        )
+        return False
+    if value and nodes not in (0, 2):
+        errors.append(
+            f"{SUPERVISED_VAR} is true but the cluster has {nodes} nodes: the pair supervisor "
+            f"runs two (a head and one worker); set {SUPERVISED_VAR}: false for {nodes} nodes"
+        )
+    return value
+
+
+def _check_supervisor_timings(host: str, host_vars: Mapping[str, Any], errors: list[str]) -> None:
+    """The vllm_supervisor_<timing> values, checked with the agent's own table (pair_config)."""
+    names = {pair_config.variable(key): key for key in pair_config.TIMINGS}
+    given = {key: host_vars[name] for name, key in names.items() if host_vars.get(name) is not None}
+    errors.extend(f"{error} (host {host})" for error in pair_config.validate_timings(given))
 
 
 def _check_faults_ignore(host: str, host_vars: Mapping[str, Any], errors: list[str]) -> None:

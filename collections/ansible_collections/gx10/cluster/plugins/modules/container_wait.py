@@ -64,6 +64,12 @@ options:
     description: Log lines each progress report shows.
     type: int
     default: 5
+  missing_ok:
+    description: >-
+      A missing container is not ready yet (it is about to be started, for example by the pair
+      supervisor) rather than a failure; I(timeout) still bounds the wait.
+    type: bool
+    default: false
   phases:
     description: >-
       The boot phases, in order, each C(name) and C(marker) (a regular expression that starts
@@ -188,8 +194,14 @@ def wait(params: dict[str, Any], clock: Any = time) -> dict[str, Any]:
     while True:
         elapsed = clock.monotonic() - started
         state = _state(container)
-        if state is None:
+        if state is None and not params.get("missing_ok"):
             return done(False, f"container {container} does not exist", [])
+        if state is None:
+            if elapsed >= params["timeout"]:
+                return done(False, f"timed out after {params['timeout']} s: container {container} "
+                            "was never started", [])  # fmt: skip
+            clock.sleep(params["interval"])
+            continue
         lines = _logs(container, stamped=bool(phases))
         if state != "running":
             return done(False, f"container {container} is {state}", lines)
@@ -242,6 +254,7 @@ def main() -> None:
             "phases": {"type": "list", "elements": "dict"},
             "phase_timeouts": {"type": "dict"},
             "phase_timeouts_name": {"type": "str", "default": "phase_timeouts"},
+            "missing_ok": {"type": "bool", "default": False},
         },
         required_one_of=[("log_regex", "url")],
         supports_check_mode=True,

@@ -155,6 +155,7 @@ def test_default_plan_for_two_nodes() -> None:
         },
         "master_addr": "192.168.100.10",
         "model_dir": "/srv/models/DeepSeek-V4-Flash-0731",
+        "supervised": False,
     }
 
 
@@ -838,3 +839,37 @@ def test_known_faults_ignore_names_only_known_fault_ids() -> None:
     error = one_error(per_host={"gx10-b": {"preflight_known_faults_ignore": "kho-cma-pinning"}})
     assert error.startswith("preflight_known_faults_ignore on host gx10-b is 'kho-cma-pinning':")
     assert_mentions(error, "a list of fault ids", "preflight_known_faults_ignore: []")
+
+
+def test_supervision_is_off_by_default_and_carried_in_the_plan() -> None:
+    plan = build_plan(*cluster())
+    assert plan["supervised"] is False
+    plan = build_plan(*cluster(vllm_supervisor_enabled=True))
+    assert plan["supervised"] is True
+
+
+def test_supervision_needs_a_bool_and_a_pair() -> None:
+    error = one_error(vllm_supervisor_enabled="yes")
+    assert error.startswith("vllm_supervisor_enabled is 'yes' (str): it must be true or false")
+    error = one_error(THREE, vllm_supervisor_enabled=True)
+    assert error == (
+        "vllm_supervisor_enabled is true but the cluster has 3 nodes: the pair supervisor runs "
+        "two (a head and one worker); set vllm_supervisor_enabled: false for 3 nodes"
+    )
+    assert errors_of(THREE) == []  # not supervised: any number of nodes
+
+
+def test_supervisor_timings_are_checked_with_the_agents_table_when_supervised() -> None:
+    bad = {"vllm_supervisor_probe_interval": 5, "vllm_supervisor_probe_timeout": 30}
+    assert errors_of(per_host={"gx10-b": bad}) == []  # not supervised: not read
+    error = one_error(per_host={"gx10-b": bad}, vllm_supervisor_enabled=True)
+    assert_mentions(
+        error, "vllm_supervisor_probe_interval is 5", "from 10 to 3600 s", "(host gx10-b)"
+    )
+    error = one_error(
+        per_host={"gx10-a": {"vllm_supervisor_heartbeat_timeout": 6}},
+        vllm_supervisor_enabled=True,
+    )
+    assert_mentions(
+        error, "vllm_supervisor_heartbeat_timeout is 6", "at least 3 x", "(host gx10-a)"
+    )
