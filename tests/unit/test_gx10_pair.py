@@ -572,6 +572,15 @@ def test_requests_with_a_bad_mac_a_stale_timestamp_or_a_replayed_nonce_are_refus
     url = url.replace("/start", "/heartbeat")
     assert post(good) == 200
     assert post(good) == 401  # the same nonce again
+    big = b"{" + b" " * (64 * 1024) + b"}"
+    request = urllib.request.Request(url, data=big, headers=good, method="POST")
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        opener.open(request, timeout=5)
+    assert caught.value.code == 413  # refused before any MAC is computed
+    unknown = urllib.request.Request(url.replace("/heartbeat", "/exec"), data=body, method="POST")
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        opener.open(unknown, timeout=5)
+    assert caught.value.code == 404
     time.sleep(0.5)
     assert "b start" not in p.event_list()
     log = p.log("b")
