@@ -42,6 +42,7 @@ def document(s: Settings) -> dict[str, Any]:
         "ANTHROPIC_DEFAULT_SONNET_MODEL": s.model,
         "ANTHROPIC_DEFAULT_OPUS_MODEL": s.model,
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(s.output),
+        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(s.context),
         "CLAUDE_CODE_AUTO_COMPACT_WINDOW": str(s.context),
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }

@@ -5,6 +5,7 @@ holds the key itself (--inline-key), 0644 otherwise."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Sequence
@@ -59,23 +60,32 @@ def readme(settings: Settings, configs: Sequence[AgentConfig]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _writable_base(out: Path) -> None:
-    """`out` exists as a writable directory, or can be created under a writable one."""
-    probe = out
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if probe.exists() and not probe.is_dir():
+def _not_a_directory(out: Path) -> None:
+    """No part of `out` that exists is a file."""
+    for probe in (out, *out.parents):
+        if probe.exists():
+            if not probe.is_dir():
+                raise ClientsError(
+                    f"--out {out}: {probe} is not a directory; give a directory for the configs"
+                )
+            return
+
+
+def _probe_writable(out: Path) -> None:
+    """Create `out` (if need be) and a scratch file in it; on failure leave nothing behind."""
+    created = [p for p in (out, *out.parents) if not p.exists()]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out, prefix=".gx10-clients-probe."):
+            pass
+    except OSError as exc:
+        for path in created:  # innermost first
+            with contextlib.suppress(OSError):
+                path.rmdir()
         raise ClientsError(
-            f"--out {out}: {probe} is not a directory; give a directory for the configs"
-        )
-    if not os.access(probe, os.W_OK | os.X_OK):
-        where = "" if probe == out else f" (its nearest existing parent {probe} is not writable)"
-        raise ClientsError(
-            f"--out {out} is not writable{where}; give a directory you can write, e.g. "
-            "--out ./gx10-clients"
-        )
+            f"--out {out} is not writable ({exc.strerror or exc}); give a directory you can "
+            "write, e.g. --out ./gx10-clients"
+        ) from exc
 
 
 def plan(settings: Settings, configs: Sequence[AgentConfig], *, force: bool) -> list[ClientFile]:
@@ -83,7 +93,7 @@ def plan(settings: Settings, configs: Sequence[AgentConfig], *, force: bool) -> 
     files = [f for c in configs for f in c.files]
     files.append(ClientFile(README, readme(settings, configs)))
     out = settings.out
-    _writable_base(out)
+    _not_a_directory(out)
     existing = [str(out / f.path) for f in files if (out / f.path).exists()]
     if existing and not force:
         raise ClientsError(
@@ -95,6 +105,7 @@ def plan(settings: Settings, configs: Sequence[AgentConfig], *, force: bool) -> 
         target = out / f.path
         if target.exists() and not target.is_file():
             raise ClientsError(f"--out {out}: {target} exists and is not a file; remove it")
+    _probe_writable(out)
     return files
 
 
