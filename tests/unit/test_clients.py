@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import tempfile
 import textwrap
 import tomllib
 from pathlib import Path
@@ -137,7 +138,9 @@ def test_json_lists_every_file_written_with_its_mode(
 def test_readme_has_one_start_command_per_agent(lab: Path) -> None:
     readme = (lab / "README.md").read_text()
     assert f'pi --provider gx10 --model {MODEL} -p "..."' in readme
-    assert f"OPENCODE_CONFIG={lab}/opencode/opencode.json opencode run --model gx10/{MODEL}" in readme
+    assert (
+        f"OPENCODE_CONFIG={lab}/opencode/opencode.json opencode run --model gx10/{MODEL}" in readme
+    )
     assert f"CODEX_HOME={lab}/codex codex exec" in readme
     assert f'OPENAI_API_KEY="$GX10_API_KEY" aider --config {lab}/aider/.aider.conf.yml' in readme
     assert f"cn --config {lab}/continue/config.yaml" in readme
@@ -511,12 +514,11 @@ def test_out_dir_not_writable(
     locked.mkdir()
     locked.chmod(0o500)
     if os.geteuid() == 0:  # root writes through mode bits: make the probe file fail instead
-        import tempfile as tempfile_module
 
         def refuse(*args: Any, **kwargs: Any) -> Any:
             raise PermissionError(13, "Permission denied")
 
-        monkeypatch.setattr(tempfile_module, "TemporaryFile", refuse)
+        monkeypatch.setattr(tempfile, "TemporaryFile", refuse)
     err = refused(capsys, locked / "gx10-clients")
     assert f"--out {locked}/gx10-clients is not writable (Permission denied)" in err
     assert "give a directory you can write" in err

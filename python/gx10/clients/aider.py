@@ -89,7 +89,6 @@ def render(s: Settings) -> AgentConfig:
             ClientFile(METADATA, json_text(metadata(s))),
         ),
         command=(
-            f"{s.key.env_prefix('OPENAI_API_KEY')}aider --config "
-            f"{shlex.quote(str(s.out / CONF))}"
+            f"{s.key.env_prefix('OPENAI_API_KEY')}aider --config {shlex.quote(str(s.out / CONF))}"
         ),
     )
