@@ -483,6 +483,12 @@ def test_inventory_without_a_head(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "add the head node to group 'head'" in err
 
 
+def test_a_bad_endpoint_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = refused(capsys, tmp_path / "out", "--endpoint", "ftp://llm.example/v1")
+    assert "--endpoint 'ftp://llm.example/v1': the scheme must be http or https" in err
+    assert "expected http://HOST:PORT" in err
+
+
 def test_output_limit_above_the_context(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     err = refused(capsys, tmp_path / "out", "--max-output-tokens", "2000000")
     assert f"--max-output-tokens 2000000 is above the context window {CONTEXT}" in err

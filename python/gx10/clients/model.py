@@ -234,7 +234,11 @@ def load_settings(
         role_defaults=("vllm_serve",),
     )
     head = cluster.head.name
-    url = parse_endpoint(endpoint) if endpoint else parse_endpoint(cluster.endpoint, f"{head}")
+    url = (
+        parse_endpoint(endpoint)
+        if endpoint
+        else parse_endpoint(cluster.endpoint, f"host {head}'s API (gx10_api_host, gx10_serve_port)")
+    )
     settings = plain(dict(cluster.settings))
     context = context_window(settings.get(CONTEXT_VAR), f"host {head}")
     kwargs = settings.get(TEMPLATE_KWARGS_VAR) or {}
