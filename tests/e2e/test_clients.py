@@ -45,7 +45,9 @@ def served(lab_up: lab.LabStatus) -> ProvisionResult:
 @pytest.fixture(scope="module")
 def configs(served: ProvisionResult, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("clients") / "gx10-clients"
-    assert main(["clients", "-i", str(LAB_INVENTORY), "--out", str(out)]) == 0
+    # The lab's simulator serves Chat Completions, not /v1/responses: Codex's config speaks chat.
+    args = ["clients", "-i", str(LAB_INVENTORY), "--out", str(out), "--codex-wire-api", "chat"]
+    assert main(args) == 0
     return out
 
 
@@ -62,7 +64,9 @@ def request_of(agent: str, out: Path) -> dict[str, Any]:
         return {"base": base, "model": name, "max": model["limit"]["output"]}
     if agent == "codex":
         document = tomllib.loads((out / "codex/config.toml").read_text())
-        base = document["model_providers"][document["model_provider"]]["base_url"]
+        provider = document["model_providers"][document["model_provider"]]
+        assert provider["wire_api"] == "chat"
+        base = provider["base_url"]
         limit = document["model_max_output_tokens"]
         return {"base": base, "model": document["model"], "max": limit}
     if agent == "aider":

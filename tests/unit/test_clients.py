@@ -207,9 +207,18 @@ def test_codex_config_toml(lab: Path) -> None:
     assert document["show_raw_agent_reasoning"] is True
     provider = document["model_providers"]["gx10"]
     assert provider["base_url"] == BASE
-    assert provider["wire_api"] == "chat"
+    assert provider["wire_api"] == "responses"  # the only one Codex 0.122 and later accept
     assert provider["env_key"] == "GX10_API_KEY"
     assert "experimental_bearer_token" not in provider
+
+
+def test_codex_chat_wire_api_for_an_older_codex(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    generate(capsys, out, "--agent", "codex", "--codex-wire-api", "chat")
+    document = tomllib.loads((out / "codex" / "config.toml").read_text())
+    assert document["model_providers"]["gx10"]["wire_api"] == "chat"
 
 
 def test_aider_files(lab: Path) -> None:

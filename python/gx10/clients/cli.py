@@ -1,5 +1,6 @@
 """`gx10 clients -i INV [--agent NAME ...] [--out DIR] [--key-file F | --key-env VAR]
-[--endpoint URL] [--max-output-tokens N] [--inline-key] [--force] [--json]`.
+[--endpoint URL] [--max-output-tokens N] [--codex-wire-api API] [--inline-key] [--force]
+[--json]`.
 
 Exit codes: 0 written; 1 bad option or inventory value (nothing written)."""
 
@@ -50,6 +51,7 @@ def add_parser(commands: Any, json_option: argparse.ArgumentParser) -> None:
         "--out",
         type=Path,
         default=DEFAULT_OUT,
+        metavar="DIR",
         help=f"output directory (default ./{DEFAULT_OUT}/)",
     )
     key = p.add_mutually_exclusive_group()
@@ -62,6 +64,7 @@ def add_parser(commands: Any, json_option: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--endpoint",
+        metavar="URL",
         help="the server the agents use, e.g. https://llm.example:443 (default: the head's API, "
         "as playbooks/smoke.yml computes it)",
     )
@@ -77,6 +80,13 @@ def add_parser(commands: Any, json_option: argparse.ArgumentParser) -> None:
         action="store_true",
         help="write the key itself into the configs (from --key-file, --key-env, or the "
         "inventory's vllm_serve_api_key); those files are mode 0600",
+    )
+    p.add_argument(
+        "--codex-wire-api",
+        choices=("responses", "chat"),
+        default="responses",
+        help="the API Codex CLI speaks: responses (default; Codex 0.122 and later accept only "
+        "this) or chat (Chat Completions, for an older Codex)",
     )
     p.add_argument("--force", action="store_true", help="overwrite files already in --out")
     p.set_defaults(handler=run)
@@ -94,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         key_env=args.key_env,
         inline=args.inline_key,
         max_output_tokens=args.max_output_tokens,
+        codex_wire_api=args.codex_wire_api,
     )
     configs = render(settings, names)
     written = write(settings, configs, force=args.force)

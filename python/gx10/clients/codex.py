@@ -5,8 +5,11 @@ https://developers.openai.com/codex/config-sample (`model`, `model_provider`,
 `model_context_window`, `model_max_output_tokens`, `show_raw_agent_reasoning`,
 `model_supports_reasoning_summaries`; `[model_providers.<id>]` with `name`, `base_url`,
 `env_key`, `wire_api`, and `experimental_bearer_token` for a key written in the file).
-`wire_api = "chat"` sends Chat Completions, which carry vLLM's tool calls and its separate
-reasoning field (`show_raw_agent_reasoning` shows it).
+`wire_api` is "responses" by default: Codex deprecated "chat" (Chat Completions) in December 2025
+and removed it in February 2026 (openai/codex discussion 7782, pull request 7897; 0.122 and
+later refuse it), and vLLM serves the Responses API at /v1/responses. `--codex-wire-api chat`
+writes "chat" for an older Codex. `show_raw_agent_reasoning` shows the reasoning vLLM returns
+apart from the answer.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ def document(s: Settings) -> dict[str, Any]:
     provider: dict[str, Any] = {
         "name": f"{PROVIDER_ID} (vLLM)",
         "base_url": s.base_url,
-        "wire_api": "chat",
+        "wire_api": s.codex_wire_api,
     }
     if s.key.inline:
         provider["experimental_bearer_token"] = s.key.inline

@@ -83,6 +83,7 @@ class Settings:
     thinking: Any  # the server's default chat_template_kwargs.thinking, or None
     key: KeyRef
     out: Path  # the output directory, absolute
+    codex_wire_api: str = "responses"  # Codex's API: "responses" (current) or "chat" (< 0.122)
 
     @property
     def base_url(self) -> str:
@@ -216,6 +217,7 @@ def load_settings(
     key_env: str | None = None,
     inline: bool = False,
     max_output_tokens: int | None = None,
+    codex_wire_api: str = "responses",
 ) -> Settings:
     """The service as the inventory (and the options) describe it."""
     from gx10.bench.nodes import load_cluster  # noqa: PLC0415 - ansible is slow to import
@@ -253,4 +255,5 @@ def load_settings(
             key_file=key_file, key_env=key_env, inline=inline, inventory_key=cluster.api_key
         ),
         out=Path(out).expanduser().absolute(),
+        codex_wire_api=codex_wire_api,
     )
