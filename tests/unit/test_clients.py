@@ -146,6 +146,7 @@ def test_readme_has_one_start_command_per_agent(lab: Path) -> None:
     assert f"cn --config {lab}/continue/config.yaml" in readme
     assert f"claude --settings {lab}/claude-code/settings.json" in readme
     assert "export GX10_API_KEY=<your key>" in readme
+    assert 'echo GX10_API_KEY="$GX10_API_KEY" >> ~/.continue/.env' in readme
     assert f"context window {CONTEXT} tokens" in readme
 
 

@@ -5,7 +5,8 @@ Format: https://docs.continue.dev/reference (config.yaml reference: `name`, `ver
 `capabilities`, `defaultCompletionOptions.contextLength/maxTokens`,
 `requestOptions.extraBodyProperties`); JSON schema continuedev/continue,
 packages/config-yaml/schema/config-yaml-schema.json. The key is a secret reference
-(`${{ secrets.NAME }}`, which Continue resolves from ~/.continue/.env or the environment);
+(`${{ secrets.NAME }}`, which Continue resolves from `.continue/.env` files, in the home or the
+workspace: continuedev/continue issue 5902 asks for the process environment too);
 `capabilities: [tool_use]` turns tool calling on, and the thinking mode goes in every request's
 body (`chat_template_kwargs.thinking`).
 """
@@ -49,10 +50,12 @@ def document(s: Settings) -> dict[str, Any]:
 def render(s: Settings) -> AgentConfig:
     path = s.out / FILE
     note = ""
-    if s.key.file is not None:
+    if not s.key.inline:
+        name = secret_name(s)
         note = (
-            f"Continue reads secrets.{DEFAULT_KEY_ENV} from ~/.continue/.env or the environment: "
-            f"export {DEFAULT_KEY_ENV}={s.key.shell()} before starting it"
+            f"reads secrets.{name} from ~/.continue/.env (or the workspace's "
+            f".continue/.env): `echo {name}={s.key.shell()} >> ~/.continue/.env` (that file "
+            "then holds the key: keep it mode 0600)"
         )
     return AgentConfig(
         agent=NAME,
