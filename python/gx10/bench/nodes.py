@@ -249,7 +249,8 @@ def load_cluster(
         defaults: dict[str, Any] = {}
         for role in role_defaults:
             path = project_home() / "roles" / role / "defaults" / "main.yml"
-            defaults.update(loader.load_from_file(str(path)) or {})
+            # Trusted as templates, as Ansible trusts a role's own files.
+            defaults.update(loader.load_from_file(str(path), trusted_as_template=True) or {})
         hosts: list[tuple[str, Any]] = []
         for group in ("head", "workers"):
             for host in inventory.get_hosts(group):
