@@ -29,6 +29,7 @@ from rich.console import Console
 from gx10 import __version__, smoke
 from gx10 import status as cluster_status
 from gx10.bench.cli import add_parser as _add_bench
+from gx10.clients.cli import add_parser as _add_clients
 from gx10.doctor import collect as doctor_collect
 from gx10.doctor import diagnose, findings_json, has_errors, print_findings
 from gx10.errors import Gx10Error
@@ -556,6 +557,7 @@ _SUBCOMMANDS: tuple[AddCommand, ...] = (
     _add_status,
     _add_smoke,
     _add_bench,
+    _add_clients,
 )
 
 

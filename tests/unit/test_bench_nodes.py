@@ -182,3 +182,25 @@ def test_argv_for_each_transport() -> None:
     assert local.argv(["a", "b c"]) == ["a", "b c"]
     ssh = Node("n", "head", transport=("ssh", "h", "--"), remote_shell=True, become=("sudo", "-n"))
     assert ssh.argv(["a", "b c"], privileged=True) == ["ssh", "h", "--", "sudo -n a 'b c'"]
+
+
+def test_extra_head_variables_with_role_defaults_beneath(tmp_path: Path) -> None:
+    path = inventory(
+        tmp_path,
+        """
+        all:
+          children:
+            head:
+              hosts:
+                spark-1: {gx10_serve_port: 9000}
+        """,
+        group_vars="vllm_serve_profile: long_context\n",
+    )
+    names = ("vllm_serve_max_model_len", "vllm_serve_profile", "vllm_serve_port")
+    cluster = load_cluster([path], extra=names, role_defaults=("vllm_serve",))
+    assert cluster.settings["vllm_serve_max_model_len"] == 1048576  # the role's default
+    assert cluster.settings["vllm_serve_profile"] == "long_context"  # the inventory wins
+    assert int(cluster.settings["vllm_serve_port"]) == 9000  # a default templated with host vars
+    # Without the role's defaults only what the inventory sets is there.
+    bare = load_cluster([path], extra=names)
+    assert dict(bare.settings) == {"vllm_serve_profile": "long_context"}

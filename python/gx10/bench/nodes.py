@@ -14,7 +14,9 @@ A node's command transport follows its connection variables:
 
 The endpoint is computed as playbooks/smoke.yml does: `gx10_api_host | ansible_host | name`, port
 `gx10_serve_port` (8000); the model `vllm_serve_served_model_name` (deepseek-v4-flash); the API
-key `vllm_serve_api_key` (kept out of every repr, log line and results file).
+key `vllm_serve_api_key` (kept out of every repr, log line and results file). Other commands
+(`gx10 clients`) ask for more of the head's variables (`extra`), with the named roles'
+`defaults/main.yml` beneath the inventory's values, as Ansible ranks role defaults.
 """
 
 from __future__ import annotations
@@ -93,6 +95,8 @@ class Cluster:
     endpoint: str  # http://host:port
     model: str
     api_key: str = field(default="", repr=False)
+    # The head's `extra` variables, templated (role defaults beneath the inventory's values).
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def head(self) -> Node:
@@ -208,11 +212,19 @@ def resolve_sources(inventories: Sequence[str | Path]) -> list[str]:
     return out
 
 
-def load_cluster(inventories: Sequence[str | Path], *, need_api_key: bool = True) -> Cluster:
+def load_cluster(
+    inventories: Sequence[str | Path],
+    *,
+    need_api_key: bool = True,
+    extra: Sequence[str] = (),
+    role_defaults: Sequence[str] = (),
+) -> Cluster:
     """Read the inventory (one or more sources, as `ansible-playbook -i` takes them).
 
     `need_api_key=False` skips `vllm_serve_api_key` (given some other way): a value that cannot
-    be read (a vault without its password) then does not stop the run.
+    be read (a vault without its password) then does not stop the run. `extra` names more head
+    variables to template into `Cluster.settings`; `role_defaults` names roles whose
+    `defaults/main.yml` (read by Ansible's loader) supply the values the inventory does not set.
     """
     # The project's ansible.cfg (inventory ignore patterns, collections), as provision() uses it.
     os.environ.setdefault("ANSIBLE_CONFIG", str(ansible_cfg(project_home())))
@@ -234,6 +246,11 @@ def load_cluster(inventories: Sequence[str | Path], *, need_api_key: bool = True
         loader = DataLoader()
         inventory = InventoryManager(loader=loader, sources=sources)
         manager = VariableManager(loader=loader, inventory=inventory)
+        defaults: dict[str, Any] = {}
+        for role in role_defaults:
+            path = project_home() / "roles" / role / "defaults" / "main.yml"
+            # Trusted as templates, as Ansible trusts a role's own files.
+            defaults.update(loader.load_from_file(str(path), trusted_as_template=True) or {})
         hosts: list[tuple[str, Any]] = []
         for group in ("head", "workers"):
             for host in inventory.get_hosts(group):
@@ -243,12 +260,12 @@ def load_cluster(inventories: Sequence[str | Path], *, need_api_key: bool = True
         raise InventoryError(f"cannot read inventory {', '.join(sources)}: {exc}") from exc
     if not hosts or hosts[0][0] != "head":
         raise InventoryError(
-            f"inventory {', '.join(sources)} has no host in group 'head': gx10 bench -i drives "
-            "the nodes of groups head and workers and reaches the API on the head"
+            f"inventory {', '.join(sources)} has no host in group 'head': gx10 bench -i and "
+            "gx10 clients -i reach the API on the head; add the head node to group 'head'"
         )
 
     def read(host: Any, names: Sequence[str]) -> dict[str, Any]:
-        variables = manager.get_vars(host=host, include_hostvars=True)
+        variables = {**defaults, **manager.get_vars(host=host, include_hostvars=True)}
         templar = Templar(loader=loader, variables=variables)
         values: dict[str, Any] = {}
         for key in names:
@@ -280,6 +297,7 @@ def load_cluster(inventories: Sequence[str | Path], *, need_api_key: bool = True
     api_host = head_vars.get("gx10_api_host") or head_vars.get("ansible_host") or head.name
     port = head_vars.get("gx10_serve_port") or DEFAULT_PORT
     model = head_vars.get("vllm_serve_served_model_name") or DEFAULT_MODEL
+    settings = read(hosts[0][1], extra) if extra else {}
     api_key = ""
     if need_api_key:
         api_key = str(read(hosts[0][1], ("vllm_serve_api_key",)).get("vllm_serve_api_key") or "")
@@ -289,6 +307,7 @@ def load_cluster(inventories: Sequence[str | Path], *, need_api_key: bool = True
         endpoint=f"http://{api_host}:{port}",
         model=str(model),
         api_key=api_key,
+        settings=settings,
     )
 
 

@@ -1,0 +1,131 @@
+"""gx10 clients against the lab's service: the configs written for every OpenAI-compatible agent,
+read back with each format's own parser, point at the served model, and a request made from
+each config's values (base URL, model, output limit, the extra body fields the agent sends, a
+tool) is accepted by the server: streamed from the official openai client, the first chunk read.
+The server checks the output limit against its context window, so a limit it cannot serve is
+refused (the last test shows it)."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import yaml
+from labtools import LAB_INVENTORY
+
+from gx10 import ProvisionResult, lab, provision
+from gx10.cli import main
+
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "write_file",
+        "description": "Write a file",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"],
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def served(lab_up: lab.LabStatus) -> ProvisionResult:
+    result = provision(LAB_INVENTORY, "site.yml")
+    assert result.ok, result.failed_tasks
+    return result
+
+
+@pytest.fixture(scope="module")
+def configs(served: ProvisionResult, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("clients") / "gx10-clients"
+    # The lab's simulator serves Chat Completions, not /v1/responses: Codex's config speaks chat.
+    args = ["clients", "-i", str(LAB_INVENTORY), "--out", str(out), "--codex-wire-api", "chat"]
+    assert main(args) == 0
+    return out
+
+
+def request_of(agent: str, out: Path) -> dict[str, Any]:
+    """What the agent would send, from its own file: base URL, model, output limit, extras."""
+    if agent == "pi":
+        provider = json.loads((out / "pi/models.json").read_text())["providers"]["gx10"]
+        model = provider["models"][0]
+        return {"base": provider["baseUrl"], "model": model["id"], "max": model["maxTokens"]}
+    if agent == "opencode":
+        provider = json.loads((out / "opencode/opencode.json").read_text())["provider"]["gx10"]
+        ((name, model),) = provider["models"].items()
+        base = provider["options"]["baseURL"]
+        return {"base": base, "model": name, "max": model["limit"]["output"]}
+    if agent == "codex":
+        document = tomllib.loads((out / "codex/config.toml").read_text())
+        provider = document["model_providers"][document["model_provider"]]
+        assert provider["wire_api"] == "chat"
+        base = provider["base_url"]
+        limit = document["model_max_output_tokens"]
+        return {"base": base, "model": document["model"], "max": limit}
+    if agent == "aider":
+        conf = yaml.safe_load((out / "aider/.aider.conf.yml").read_text())
+        (settings,) = yaml.safe_load(Path(conf["model-settings-file"]).read_text())
+        extra = dict(settings["extra_params"])
+        return {
+            "base": conf["openai-api-base"],
+            "model": conf["model"].removeprefix("openai/"),  # litellm's provider prefix
+            "max": extra.pop("max_tokens"),
+            "extra": extra.get("extra_body", {}),
+        }
+    (model,) = yaml.safe_load((out / "continue/config.yaml").read_text())["models"]
+    return {
+        "base": model["apiBase"],
+        "model": model["model"],
+        "max": model["defaultCompletionOptions"]["maxTokens"],
+        "extra": model["requestOptions"]["extraBodyProperties"],
+    }
+
+
+def first_chunk(request: dict[str, Any]) -> Any:
+    client = openai.OpenAI(base_url=request["base"], api_key="lab-has-no-key", timeout=60)
+    stream = client.chat.completions.create(
+        model=request["model"],
+        messages=[{"role": "user", "content": "Write fizzbuzz.py."}],
+        max_tokens=request["max"],
+        tools=[TOOL],  # type: ignore[list-item]
+        stream=True,
+        extra_body=request.get("extra") or None,
+    )
+    try:
+        return next(iter(stream))
+    finally:
+        stream.close()
+
+
+@pytest.mark.parametrize("agent", ["pi", "opencode", "codex", "aider", "continue"])
+def test_the_service_accepts_what_each_config_sends(agent: str, configs: Path) -> None:
+    request = request_of(agent, configs)
+    listed = openai.OpenAI(base_url=request["base"], api_key="x").models.list()
+    assert request["model"] in [m.id for m in listed.data]
+    chunk = first_chunk(request)
+    assert chunk.model == request["model"]
+
+
+def test_claude_code_reaches_the_server_root(configs: Path) -> None:
+    env = json.loads((configs / "claude-code/settings.json").read_text())["env"]
+    assert httpx.get(f"{env['ANTHROPIC_BASE_URL']}/health", timeout=10).status_code == 200
+    listed = httpx.get(f"{env['ANTHROPIC_BASE_URL']}/v1/models", timeout=10).json()
+    assert env["ANTHROPIC_MODEL"] in [m["id"] for m in listed["data"]]
+
+
+def test_an_output_limit_the_server_cannot_serve_is_refused(configs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "full"
+    context = "1048576"  # the role's vllm_serve_max_model_len, which the lab serves
+    code = main(
+        ["clients", "-i", str(LAB_INVENTORY), "--out", str(out), "--max-output-tokens", context]
+    )
+    assert code == 0  # allowed (not above the context), but no room is left for the prompt
+    with pytest.raises(openai.BadRequestError):
+        first_chunk(request_of("pi", out))
