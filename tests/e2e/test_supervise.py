@@ -1,0 +1,137 @@
+"""The supervised pair on the lab (issue 11): the nodes' gx10-pair agents own the ranks.
+
+One bring-up for the file: site.yml converges the lab, then serve.yml with supervision on
+(vllm_supervisor_enabled, the lab's fast timings from its inventory). Each fault ends with the
+pair serving again (the smoke stage passes), within a bound.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import pytest
+from labtools import LAB_INVENTORY, node_sh
+
+from gx10 import ProvisionResult, lab, provision
+
+CONTAINER = "gx10-vllm"
+NODES = ("gx10-a", "gx10-b")
+AGENT = "/usr/local/lib/gx10/pair/gx10-pair"
+SUPERVISED = {"vllm_supervisor_enabled": True}
+RECOVERY = 120.0  # seconds a fault may take to be repaired on the lab (boots in ~10 s)
+
+
+def _provision(playbook: str, **extravars: object) -> ProvisionResult:
+    return provision(LAB_INVENTORY, playbook, extravars={**SUPERVISED, **extravars})
+
+
+def _container(node: str) -> dict[str, str]:
+    """The rank container's id and start time ({} when none runs)."""
+    out = node_sh(
+        node,
+        f"docker inspect -f '{{{{.Id}}}} {{{{.State.StartedAt}}}}' {CONTAINER} 2>/dev/null",
+        check=False,
+    ).split()
+    return {"id": out[0], "started": out[1]} if len(out) == 2 else {}
+
+
+def _status(node: str) -> dict[str, object]:
+    out = node_sh(node, f"python3 {AGENT} status --json", check=False)
+    try:
+        status: dict[str, object] = json.loads(out)
+    except ValueError:
+        return {}
+    return status
+
+
+def _until(what: str, test: Callable[[], bool], timeout: float = RECOVERY) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if test():
+            return
+        time.sleep(1.0)
+    states = {node: _status(node).get("state") for node in NODES}
+    raise AssertionError(f"not {what} within {timeout:.0f} s; agents: {states}")
+
+
+def _serving() -> bool:
+    return _status("gx10-a").get("state") == "serving" and bool(_container("gx10-b"))
+
+
+def _smoke() -> None:
+    result = provision(LAB_INVENTORY, "smoke.yml")
+    assert result.ok, result.failed_tasks
+
+
+@pytest.fixture(scope="module")
+def supervised(lab_up: lab.LabStatus) -> ProvisionResult:
+    converged = provision(LAB_INVENTORY, "site.yml")
+    assert converged.ok, converged.failed_tasks
+    result = _provision("serve.yml")
+    assert result.ok, result.failed_tasks
+    yield result
+    # Leave the lab unsupervised for the files after this one.
+    stopped = _provision("stop.yml")
+    assert stopped.ok, stopped.failed_tasks
+
+
+def test_each_rank_is_a_unit_of_its_nodes_agent(supervised: ProvisionResult) -> None:
+    for node in NODES:
+        enabled = node_sh(node, "systemctl is-enabled gx10-pair.service", check=False).strip()
+        assert enabled == "enabled"
+        active = node_sh(node, "systemctl is-active gx10-pair.service gx10-vllm-rank.service")
+        assert active.split() == ["active", "active"]
+        pid = node_sh(node, "systemctl show -p MainPID --value gx10-vllm-rank.service").strip()
+        command = node_sh(node, f"tr '\\0' ' ' < /proc/{pid}/cmdline")
+        assert command.startswith(f"/usr/bin/docker run --rm --name {CONTAINER} "), command
+        mode = node_sh(node, "stat -c %a /etc/gx10/pair.token").strip()
+        assert mode == "600"
+    _until("serving", _serving, 60)
+    head = _status("gx10-a")
+    assert head["role"] == "head"
+    assert head["breaker"]["tripped"] is False  # type: ignore[index]
+    _smoke()
+
+
+def test_reapply_changes_nothing_and_restarts_nothing(supervised: ProvisionResult) -> None:
+    _until("serving", _serving, 60)
+    before = {node: _container(node) for node in NODES}
+    again = _provision("serve.yml")
+    assert again.ok, again.failed_tasks
+    assert again.changed_total == 0, {h: s.changed for h, s in again.hosts.items()}
+    assert {node: _container(node) for node in NODES} == before
+
+
+def test_a_crashed_worker_rank_restarts_both_worker_first(supervised: ProvisionResult) -> None:
+    _until("serving", _serving, 60)
+    before = {node: _container(node) for node in NODES}
+    lab.kill_rank("gx10-b", log=lambda line: None)
+
+    def restarted() -> bool:
+        now = {node: _container(node) for node in NODES}
+        return all(now[n] and now[n]["id"] != before[n]["id"] for n in NODES) and _serving()
+
+    _until("restarted and serving", restarted)
+    after = {node: _container(node) for node in NODES}
+    assert after["gx10-b"]["started"] < after["gx10-a"]["started"], after
+    last = _status("gx10-a")["last_restart"]
+    assert "worker-rank-inactive" in json.dumps(last), last
+    _smoke()
+
+
+def test_stop_keeps_the_pair_stopped_and_serve_starts_it_again(
+    supervised: ProvisionResult,
+) -> None:
+    stopped = _provision("stop.yml")
+    assert stopped.ok, stopped.failed_tasks
+    time.sleep(8)  # longer than the lab's heartbeat timeout and backoff: nothing came back
+    for node in NODES:
+        assert not _container(node)
+        state = node_sh(node, "systemctl is-enabled gx10-pair.service", check=False).strip()
+        assert state == "disabled"
+    again = _provision("serve.yml")
+    assert again.ok, again.failed_tasks
+    _until("serving", _serving, 60)
+    _smoke()
