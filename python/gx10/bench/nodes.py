@@ -103,8 +103,9 @@ class Cluster:
         return self.nodes[0]
 
 
-def _plain(value: Any) -> Any:
-    """Ansible's tagged scalars as plain Python values (str, int, bool)."""
+def plain(value: Any) -> Any:
+    """Ansible's tagged values (str, int, float, bool, and mappings and lists of them) as plain
+    Python values, so every serializer (PyYAML's safe dumper included) takes them."""
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int):
@@ -113,6 +114,10 @@ def _plain(value: Any) -> Any:
         return float(value)
     if isinstance(value, str):
         return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
     return value
 
 
@@ -272,7 +277,7 @@ def load_cluster(
             if key not in variables:
                 continue
             try:
-                values[key] = _plain(templar.template(variables[key]))
+                values[key] = plain(templar.template(variables[key]))
             except AnsibleError as exc:
                 raise InventoryError(f"{host.name}: cannot template {key}: {exc}") from exc
         return values

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gx10.bench.nodes import plain
 from gx10.endpoint import parse_endpoint
 from gx10.errors import Gx10Error
 
@@ -114,24 +115,6 @@ class AgentConfig:
     command: str  # one command that starts the agent on the service
     install: str = ""  # where to put the files, when the agent reads them from a fixed place
     note: str = ""
-
-
-def plain(value: Any) -> Any:
-    """Templated inventory values (Ansible's tagged str/int/dict) as plain Python values, so
-    every serializer (PyYAML's safe dumper included) takes them."""
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    return value
 
 
 def key_ref(

@@ -3,16 +3,13 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from ansible_collections.gx10.cluster.plugins.module_utils import host_faults
-from ansible_collections.gx10.cluster.tests.unit.localhost_playbook import run_ansible_playbook
+from ansible_collections.gx10.cluster.tests.unit.localhost_playbook import run_module
 
 BAD = "7.0.0-1019-nvidia"
 MEMINFO_KHO = (
@@ -120,36 +117,7 @@ def test_an_accepted_fault_is_not_reported_and_unknown_ids_are_named() -> None:
 
 
 def _module(tmp_path: Path, **args: Any) -> dict[str, Any]:
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {}}}}))
-    out = tmp_path / "result.json"
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "hosts": "localhost",
-                    "connection": "local",
-                    "gather_facts": False,
-                    "tasks": [
-                        {"gx10.cluster.host_kernel_info": args, "register": "kernel"},
-                        {"ansible.builtin.copy": {"content": "{{ kernel }}", "dest": str(out)}},
-                    ],
-                }
-            ]
-        )
-    )
-    run = run_ansible_playbook(
-        tmp_path,
-        inventory,
-        playbook,
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    result: dict[str, Any] = json.loads(out.read_text())
-    return result
+    return run_module(tmp_path, "gx10.cluster.host_kernel_info", args)
 
 
 def test_the_module_reports_the_fault_of_a_bad_build_and_accepts_an_ignored_one(

@@ -8,16 +8,14 @@ tested, not a copy of it.
 
 from __future__ import annotations
 
-import json
 import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from ansible_collections.gx10.cluster.plugins.module_utils import rail_ping
-from ansible_collections.gx10.cluster.tests.unit.localhost_playbook import run_ansible_playbook
+from ansible_collections.gx10.cluster.tests.unit.localhost_playbook import run_module
 
 RAILS: list[dict[str, Any]] = [
     {
@@ -167,39 +165,9 @@ def _play(tmp_path: Path, refused: str, module_args: dict[str, Any]) -> dict[str
     fake = tmp_path / "ping"
     fake.write_text(FAKE_PING.format(log=log, refused=refused))
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    out = tmp_path / "result.json"
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(
-        yaml.safe_dump({"all": {"hosts": {"localhost": {"ansible_connection": "local"}}}})
+    result = run_module(
+        tmp_path, "gx10.cluster.rail_ping", {**module_args, "executable": str(fake)}
     )
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "hosts": "localhost",
-                    "gather_facts": False,
-                    "tasks": [
-                        {
-                            "gx10.cluster.rail_ping": {**module_args, "executable": str(fake)},
-                            "register": "pinged",
-                        },
-                        {"ansible.builtin.copy": {"content": "{{ pinged }}", "dest": str(out)}},
-                    ],
-                }
-            ]
-        )
-    )
-    run = run_ansible_playbook(
-        tmp_path,
-        inventory,
-        playbook,
-        "-e",
-        f"ansible_python_interpreter={__import__('sys').executable}",
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    result: dict[str, Any] = json.loads(out.read_text())
     result["argv"] = log.read_text().splitlines()
     return result
 
