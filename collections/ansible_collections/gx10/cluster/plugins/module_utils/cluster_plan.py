@@ -690,7 +690,7 @@ def _check_supervised(value: Any, nodes: int, errors: list[str]) -> bool:
             f"{SUPERVISED_VAR} is true but the cluster has {nodes} nodes: the pair supervisor "
             f"runs two (a head and one worker); set {SUPERVISED_VAR}: false for {nodes} nodes"
         )
-    return value
+    return bool(value)
 
 
 def _check_supervisor_timings(host: str, host_vars: Mapping[str, Any], errors: list[str]) -> None:
