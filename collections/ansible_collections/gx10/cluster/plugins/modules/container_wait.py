@@ -203,6 +203,9 @@ def wait(params: dict[str, Any], clock: Any = time) -> dict[str, Any]:
             clock.sleep(params["interval"])
             continue
         lines = _logs(container, stamped=bool(phases))
+        if state == "created" and elapsed < params["timeout"]:
+            clock.sleep(params["interval"])  # `docker run` creates, then starts: not yet running
+            continue
         if state != "running":
             return done(False, f"container {container} is {state}", lines)
         plain = [parse_stamped(line)[1] for line in lines] if phases else lines

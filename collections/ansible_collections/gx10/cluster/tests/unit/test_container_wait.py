@@ -98,6 +98,27 @@ def test_times_out_naming_what_it_waited_for(node: dict[str, Any]) -> None:
     assert 30 <= elapsed < 33
 
 
+def test_a_created_container_is_about_to_run(node: dict[str, Any]) -> None:
+    """docker run creates the container, then starts it: a wait that looks in between waits."""
+    node["state"] = lambda t: "created" if t < 4 else "running"
+    node["log"] = [(5, "headless multiproc executor")]
+    ready, reason, elapsed, _ = waited(_params(log_regex="headless multiproc executor"), node)
+    assert (ready, reason, elapsed) == (True, "ready", 6)
+
+
+def test_a_missing_container_may_be_waited_for(node: dict[str, Any]) -> None:
+    """missing_ok: the pair supervisor starts the rank a moment after the wait begins."""
+    node["state"] = lambda t: None if t < 10 else "running"
+    node["log"] = [(12, "headless multiproc executor")]
+    ready, _, elapsed, _ = waited(_params(log_regex="headless", missing_ok=True), node)
+    assert (ready, elapsed) == (True, 12)
+    node["clock"].now = 0.0
+    node["state"] = lambda t: None
+    ready, reason, _, _ = waited(_params(log_regex="x", missing_ok=True, timeout=6), node)
+    assert not ready
+    assert reason == "timed out after 6 s: container gx10-vllm was never started"
+
+
 def test_missing_container(node: dict[str, Any]) -> None:
     node["state"] = lambda t: None
     ready, reason, _, _ = waited(_params(log_regex="x"), node)
