@@ -35,6 +35,7 @@ class Serving:
     exit_code: int = 0
     restarts: int = 0
     restart_policy: str = "no"
+    removed_on_exit: bool = False  # `docker run --rm`: gone as soon as it exits
 
 
 @dataclass
@@ -153,6 +154,8 @@ class FakeLab:
                 assert str(serving.pid) == pid
                 if serving.restart_policy == "on-failure":
                     serving.pid, serving.restarts = serving.pid + 1, serving.restarts + 1
+                elif serving.removed_on_exit:
+                    self.serving[node] = None
                 else:
                     serving.state, serving.exit_code, serving.pid = "exited", 137, 0
                 return 0, ""
@@ -313,6 +316,14 @@ def test_kill_rank_reports_a_restart_by_docker_policy(fake: FakeLab) -> None:
     fake.serving[A] = Serving("head", restart_policy="on-failure")
     result = manager.kill_rank(A, log=lambda line: None)
     assert (result["state"], result["restarts"], result["pid"]) == ("running", 1, 4242)
+
+
+def test_kill_rank_of_a_container_removed_on_exit(fake: FakeLab) -> None:
+    """A supervised rank runs `docker run --rm`: once killed it is gone, which is the crash."""
+    fake.serving[B] = Serving("worker", removed_on_exit=True)
+    result = manager.kill_rank(B, log=lambda line: None)
+    assert (result["state"], result["pid"], result["role"]) == ("removed", 4242, "worker")
+    assert result["exit_code"] is None
 
 
 def test_kill_rank_without_a_running_rank(fake: FakeLab) -> None:

@@ -965,7 +965,12 @@ def kill_rank(
     deadline = time.monotonic() + timeout
     after = before
     while time.monotonic() < deadline:
-        after = _serving(node, container)
+        try:
+            after = _serving(node, container)
+        except LabError:  # removed at once (`docker run --rm`, a supervised rank): it is gone
+            after = {"state": "removed", "role": before["role"], "pid": "", "exit_code": "",
+                     "restarts": ""}  # fmt: skip
+            break
         if after["state"] != "running" or after["pid"] != pid:
             break
         time.sleep(0.5)
