@@ -695,7 +695,7 @@ REBOOT_STOP_TIMEOUT = 60.0
 # The serving container on every node (roles/vllm_serve: vllm_serve_container_name).
 SERVE_CONTAINER = "gx10-vllm"
 # The vLLM simulator's stall switch inside the serving container (vllm_sim DEFAULT_STALL_FILE).
-STALL_FILE = "/run/gx10-sim/vllm/stall"
+STALL_FILE = "/run/gx10-vllm-sim/stall"
 # Creates (on) or removes (off) the stall file $1, then prints whether it exists.
 _STALL_SCRIPT = """
 set -eu

@@ -53,7 +53,7 @@ Environment (sim-only knobs are GX10_SIM_*; the others are read as the real stac
   GX10_SIM_SM_CLOCK_MHZ        SM clock cap when no locked_clocks file exists (default unlocked)
   GX10_SIM_STALL_FILE          stall mode (test equipment, `gx10 lab stall`): while this file
                                exists, HTTP stays up but no engine step runs, so generation
-                               produces no token (default /run/gx10-sim/vllm/stall; the head
+                               produces no token (default /run/gx10-vllm-sim/stall; the head
                                removes a leftover one when it starts, as a restart ends a stall)
   GX10_SIM_PREFIX_CACHE_TOKENS tokens the prefix cache remembers, least recently used out
                                (default 2097152; the cache follows --enable-prefix-caching,

@@ -12,7 +12,7 @@ from pathlib import Path
 from .perf import DEFAULT_PERF_MODEL
 
 DEFAULT_VERSION = "0.11.1+gx10sim"
-DEFAULT_STALL_FILE = "/run/gx10-sim/vllm/stall"  # stall mode's switch (see GX10_SIM_STALL_FILE)
+DEFAULT_STALL_FILE = "/run/gx10-vllm-sim/stall"  # stall mode's switch (see GX10_SIM_STALL_FILE)
 
 
 def _float_env(env: Mapping[str, str], name: str, default: float) -> float:
