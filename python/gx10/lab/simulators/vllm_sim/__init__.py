@@ -24,6 +24,7 @@ Modules, each importing only modules listed before it (tests/unit/test_vllm_sim_
   errors, log, perf       SimFatal and ApiError; vLLM's log format; the timing models
   env                     SimEnv: every variable below, read once
   cli, model              the `vllm serve` flags; the model directory and the parallel layout
+  boot                    a rank's boot phases: weights, torch.compile (and its cache), capture
   comm, rendezvous        NCCL/Gloo checks against sysfs; the head <-> worker channel
   tokenizer, generation   tokens and the chat template; generated text and tool calls
   gpu_load, engine        the node's GPU load file; admission, timing, counters, death
@@ -33,7 +34,11 @@ Modules, each importing only modules listed before it (tests/unit/test_vllm_sim_
   entrypoint              main(): `vllm ...`
 
 Environment (sim-only knobs are GX10_SIM_*; the others are read as the real stack reads them):
-  GX10_SIM_BOOT_SECONDS        weight loading and warm-up time on every rank (default 2)
+  GX10_SIM_BOOT_SECONDS        weight loading time on every rank (default 2)
+  GX10_SIM_COMPILE_SECONDS     a cold torch.compile (default 0); a warm one (the rank's graphs in
+                               $VLLM_CACHE_ROOT/torch_compile_cache) takes a twentieth of it
+  GX10_SIM_CAPTURE_SECONDS     CUDA graph capture (default 0.1; none with --enforce-eager)
+  GX10_SIM_HANG_PHASE          weights, compile or graph_capture: that phase never ends
   GX10_SIM_RENDEZVOUS_TIMEOUT  seconds both sides wait for each other (default 600, torch's default)
   GX10_SIM_SYSFS_ROOT          sysfs to read net and infiniband devices from (default /sys)
   GX10_SIM_GPUS_PER_NODE       visible GPUs per node (default 1, one GB10)
