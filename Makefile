@@ -44,6 +44,8 @@ browser-deps: ## Install the headless browser the report tests use (chromium, ch
 LAB_BENCH := $(CURDIR)/.lab/bench
 # The pair agent has no .py suffix (it is installed as a command): lint names it explicitly.
 PAIR_AGENT := roles/vllm_supervisor/files/gx10-pair
+# So has the memory guard's node tool (earlyoom runs it by path).
+MEMORY_GUARD_TOOL := roles/memory_guard/files/gx10-memory-guard
 
 lab: venv host-deps ## Bring the lab up, run site.yml against it, then a short benchmark and its report
 	gx10 lab up
@@ -72,10 +74,11 @@ lint: venv ## yamllint, ansible-lint (production), ruff, mypy, role READMEs agai
 	ruff format --check .
 	mypy
 	mypy --strict -p ansible_collections.gx10.cluster.plugins.module_utils
-	ruff check $(PAIR_AGENT)
-	ruff format --check $(PAIR_AGENT)
+	ruff check $(PAIR_AGENT) $(MEMORY_GUARD_TOOL)
+	ruff format --check $(PAIR_AGENT) $(MEMORY_GUARD_TOOL)
 	MYPYPATH=collections/ansible_collections/gx10/cluster/plugins/module_utils \
 	  mypy --strict --scripts-are-modules $(PAIR_AGENT)
+	mypy --strict --scripts-are-modules $(MEMORY_GUARD_TOOL)
 	python -m gx10._dev.role_docs --check
 
 docs: venv ## Regenerate each role README's variable table from meta/argument_specs.yml

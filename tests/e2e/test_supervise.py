@@ -220,3 +220,50 @@ def test_stop_keeps_the_pair_stopped_and_serve_starts_it_again(
     assert again.ok, again.failed_tasks
     _until("serving", _serving, 60)
     _smoke()
+
+
+def test_a_rank_killed_by_the_memory_guard_restarts_the_pair_with_its_reason(
+    supervised: ProvisionResult,
+) -> None:
+    """As earlyoom acts on a GB10 under memory pressure (issue 13): the worker's rank process is
+    killed, and earlyoom's hook (gx10-memory-guard: no argument, the victim in EARLYOOM_*) runs
+    right after it. The pair restarts, worker first, with the memory guard's reason at the head;
+    the evidence is in the worker's log and journal, and each new rank began from a dropped page
+    cache (its unit's ExecStartPre)."""
+    tool, log = "/usr/local/sbin/gx10-memory-guard", "/var/log/gx10/memory-guard.jsonl"
+    _until("serving", _serving, 60)
+    before = {node: _container(node) for node in NODES}
+    # kill-rank's kill, and the hook, in one exec: the hook follows as closely as earlyoom's.
+    script = (
+        f"pid=$(docker inspect -f '{{{{.State.Pid}}}}' {CONTAINER}); name=$(cat /proc/$pid/comm); "
+        'kill -KILL "$pid"; i=0; while [ -d "/proc/$pid" ] && [ $i -lt 100 ]; do '
+        "sleep 0.1; i=$((i + 1)); done; "
+        f'EARLYOOM_PID=$pid EARLYOOM_NAME="$name" EARLYOOM_UID=0 {tool} && echo "$pid $name"'
+    )
+    pid, name = node_sh("gx10-b", script).split()
+
+    def restarted() -> bool:
+        now = {node: _container(node) for node in NODES}
+        return all(now[n] and now[n]["id"] != before[n]["id"] for n in NODES) and _serving()
+
+    _until("restarted and serving", restarted)
+    after = {node: _container(node) for node in NODES}
+    assert after["gx10-b"]["started"] < after["gx10-a"]["started"], after
+    reason = json.dumps(_status("gx10-a").get("last_restart"))
+    assert f"memory-guard:{name} MemAvailable " in reason, reason
+
+    kills = node_sh("gx10-b", f'grep \'"kind":"kill"\' {log}').splitlines()
+    kill = json.loads(kills[-1])
+    assert kill["victim"] == {"pid": int(pid), "name": name, "uid": 0}
+    assert kill["memory"]["mem_available_mib"] > 0
+    assert kill["top_rss"]
+    assert kill["pair_event_file"] == "/var/lib/gx10/pair/memory-event.json"
+    taken = json.loads(node_sh("gx10-b", "cat /var/lib/gx10/pair/memory-event.handled.json"))
+    assert taken["at"] == kill["at"]
+    journal = node_sh("gx10-b", "journalctl -t gx10-memory-guard -b --no-pager -n 100")
+    assert f"earlyoom killed {name} (pid {pid}" in journal
+    for node in NODES:
+        drops = node_sh(node, f'grep \'"kind":"drop-caches"\' {log}').splitlines()
+        assert json.loads(drops[-1])["at"] > kill["at"], node
+        assert json.loads(drops[-1])["ok"] is True, node
+    _smoke()

@@ -737,3 +737,79 @@ def test_run_rank_falls_back_to_the_provision_time_index(make_pair: Callable[...
     assert "using the provision-time GID index 7" in done.stderr
     (p.tmp / "rank.json").write_text(json.dumps({"schema": 1, "argv": []}))
     assert p.cli("a", "run-rank").returncode == 2
+
+
+# --------------------------------------------------------------------------------------------
+# The memory guard's kills (roles/memory_guard: earlyoom's hook writes memory-event.json)
+# --------------------------------------------------------------------------------------------
+
+
+def memory_event(state_dir: Path, *, name: str = "vllm", mib: int = 2929, age: float = 0.0) -> None:
+    """What gx10-memory-guard's notify writes into the pair's state directory after a kill."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    record = {
+        "schema": 1,
+        "kind": "kill",
+        "at": time.time() - age,
+        "victim": {"pid": 4242, "name": name, "uid": 0},
+        "memory": {"mem_available_mib": mib, "mem_total_mib": 121626},
+    }
+    (state_dir / "memory-event.json").write_text(json.dumps(record))
+
+
+def test_memory_reason_names_the_victim_and_memory_and_survives_odd_names() -> None:
+    event = {"kind": "kill", "at": 1.0, "victim": {"name": "vllm"}, "memory": {}}
+    assert pair.memory_reason(event) == "memory-guard:vllm MemAvailable ? MiB"
+    event["memory"] = {"mem_available_mib": 812}
+    assert pair.memory_reason(event) == "memory-guard:vllm MemAvailable 812 MiB"
+    event["victim"] = {"name": "evil name\nx"}
+    assert pair.memory_reason(event) == "memory-guard:evil?name?x MemAvailable 812 MiB"
+
+
+def test_a_worker_rank_killed_by_the_memory_guard_restarts_with_its_reason(
+    make_pair: Callable[..., Pair],
+) -> None:
+    p = make_pair()
+    p.up()
+    marker = len(p.event_list())
+    memory_event(p.dirs["b"] / "state", mib=2929)  # earlyoom killed the worker's vllm ...
+    (p.dirs["b"] / "active").unlink()  # ... and its rank unit went inactive
+    p.wait("the pair serving again", lambda: p.generation() == 2 and p.serving())
+    events = after(p.event_list(), marker)
+    assert events[:3] == ["a stop", "b start", "a start"], events
+    head = p.status("a")
+    assert head["last_restart"]["reason"] == "memory-guard:vllm MemAvailable 2929 MiB"
+    assert "the memory guard killed a process on this node" in p.log("b")
+    # Taken once: the record is kept as the handled one, and a later crash is a plain one.
+    assert not (p.dirs["b"] / "state" / "memory-event.json").exists()
+    assert p.status("b")["memory_event"] == {
+        "at": pytest.approx(time.time(), abs=30),
+        "reason": "memory-guard:vllm MemAvailable 2929 MiB",
+        "taken": True,
+    }
+    (p.dirs["b"] / "active").unlink()
+    p.wait("the second restart", lambda: p.generation() == 3 and p.serving())
+    assert p.status("a")["last_restart"]["reason"] == "worker-rank-inactive"
+
+
+def test_a_head_rank_killed_by_the_memory_guard_restarts_with_its_reason(
+    make_pair: Callable[..., Pair],
+) -> None:
+    p = make_pair()
+    p.up()
+    memory_event(p.dirs["a"] / "state", name="VLLM::EngineCor", mib=1500)
+    (p.dirs["a"] / "active").unlink()
+    p.wait("the pair serving again", lambda: p.generation() == 2 and p.serving())
+    reason = p.status("a")["last_restart"]["reason"]
+    assert reason == "memory-guard:VLLM::EngineCor MemAvailable 1500 MiB"
+
+
+def test_an_old_memory_guard_kill_explains_nothing(make_pair: Callable[..., Pair]) -> None:
+    """A kill older than the window (120 s, scaled to 6 s here) is another story."""
+    p = make_pair()
+    p.up()
+    memory_event(p.dirs["b"] / "state", age=60.0)
+    (p.dirs["b"] / "active").unlink()
+    p.wait("the pair serving again", lambda: p.generation() == 2 and p.serving())
+    assert p.status("a")["last_restart"]["reason"] == "worker-rank-inactive"
+    assert (p.dirs["b"] / "state" / "memory-event.json").exists()  # not taken

@@ -17,5 +17,8 @@ chmod 0755 /usr/local/lib/gx10-sim/nvidia_smi.py
 ln -sf /usr/local/lib/gx10-sim/nvidia_smi.py /usr/bin/nvidia-smi
 # Test equipment: the RDMA sysfs simulator (GID tables that follow the rail addresses).
 systemctl enable gx10-sim-rdma.service
+# earlyoom is in the image only so the memory_guard role finds it without a network: a node that
+# never ran the role does not run it (its package enables it on Debian's stock arguments).
+systemctl disable earlyoom.service
 # A machine id per container is generated at boot.
 : > /etc/machine-id

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.gx10.cluster.plugins.module_utils import pair_config
+from ansible_collections.gx10.cluster.plugins.module_utils import memory_guard, pair_config
 from ansible_collections.gx10.cluster.plugins.module_utils.host_faults import (
     KNOWN_FAULTS,
     unknown_ids,
@@ -75,6 +75,7 @@ NODE_VARS = (
     *CLOCK_VARS,
     FAULTS_IGNORE_VAR,
     *(pair_config.variable(key) for key in pair_config.TIMINGS),
+    *memory_guard.variables(),
 )
 # A no-fragment ping payload of MTU - 28 (IPv4 and ICMP headers) fills one frame exactly.
 IPV4_ICMP_HEADERS = 28
@@ -278,6 +279,7 @@ def _analyse(
         _check_faults_ignore(host, node_vars[host], errors)
         if result.supervised:
             _check_supervisor_timings(host, node_vars[host], errors)
+        _check_memory_guard(host, node_vars[host], errors)
         result.rdma_devices[host] = _check_rdma_devices(host, node_vars[host], result.rails, errors)
     return result
 
@@ -698,6 +700,12 @@ def _check_supervisor_timings(host: str, host_vars: Mapping[str, Any], errors: l
     names = {pair_config.variable(key): key for key in pair_config.TIMINGS}
     given = {key: host_vars[name] for name, key in names.items() if host_vars.get(name) is not None}
     errors.extend(f"{error} (host {host})" for error in pair_config.validate_timings(given))
+
+
+def _check_memory_guard(host: str, host_vars: Mapping[str, Any], errors: list[str]) -> None:
+    """The memory guard's thresholds, regexes and flags, checked with its own table."""
+    given = memory_guard.settings_from_vars(host_vars)
+    errors.extend(f"{error} (host {host})" for error in memory_guard.validate_settings(given))
 
 
 def _check_faults_ignore(host: str, host_vars: Mapping[str, Any], errors: list[str]) -> None:
