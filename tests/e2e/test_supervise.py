@@ -7,9 +7,11 @@ pair serving again (the smoke stage passes), within a bound.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from labtools import LAB_INVENTORY, node_sh
@@ -21,6 +23,9 @@ NODES = ("gx10-a", "gx10-b")
 AGENT = "/usr/local/lib/gx10/pair/gx10-pair"
 SUPERVISED = {"vllm_supervisor_enabled": True}
 RECOVERY = 120.0  # seconds a fault may take to be repaired on the lab (boots in ~10 s)
+REBOOT_RECOVERY = 240.0  # a node's own boot (systemd, its Docker engine) comes first
+LONE_BOUND = 30.0  # seconds one rank may run without the other (a start, a stop in progress)
+SHIFT = "/run/gx10-sim/rdma"  # the RDMA simulator's control dir (shift, reset)
 
 
 def _provision(playbook: str, **extravars: object) -> ProvisionResult:
@@ -220,3 +225,106 @@ def test_stop_keeps_the_pair_stopped_and_serve_starts_it_again(
     assert again.ok, again.failed_tasks
     _until("serving", _serving, 60)
     _smoke()
+
+
+# --------------------------------------------------------------------------------------------
+# Node-level faults: reboots, a power cut, a GID shift. Each starts with the breaker closed (the
+# earlier faults' restarts are in its window), checks that no rank ever ran alone for longer
+# than LONE_BOUND, and ends serving with the breaker closed.
+# --------------------------------------------------------------------------------------------
+
+
+class _LoneWatch(threading.Thread):
+    """Samples both nodes' rank containers about once a second; the longest stretch in which
+    exactly one of them ran. A node that is down (its exec fails) counts as no rank."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.done = threading.Event()
+        self.longest = 0.0
+        self.samples = 0
+
+    def run(self) -> None:
+        since: float | None = None
+        deadline = time.monotonic() + 900  # bounded, whatever the test does
+        while not self.done.is_set() and time.monotonic() < deadline:
+            running = [bool(_container(node)) for node in NODES]
+            now = time.monotonic()
+            self.samples += 1
+            if sum(running) == 1:
+                since = now if since is None else since
+                self.longest = max(self.longest, now - since)
+            else:
+                since = None
+            self.done.wait(1.0)
+
+
+@contextlib.contextmanager
+def _fault(name: str) -> Iterator[dict[str, dict[str, str]]]:
+    _until("serving", _serving, 60)
+    node_sh("gx10-a", f"python3 {AGENT} reset", check=False)  # a fresh breaker window
+    before = {node: _container(node) for node in NODES}
+    watch = _LoneWatch()
+    watch.start()
+    try:
+        yield before
+    finally:
+        watch.done.set()
+        watch.join(timeout=30)
+    assert watch.samples > 5, f"{name}: the lone-rank watch took {watch.samples} samples"
+    assert watch.longest <= LONE_BOUND, f"{name}: one rank ran alone for {watch.longest:.0f} s"
+    assert _status("gx10-a")["breaker"]["tripped"] is False  # type: ignore[index]
+    _smoke()
+
+
+def test_the_pair_comes_back_after_the_worker_node_reboots(supervised: ProvisionResult) -> None:
+    with _fault("worker reboot") as before:
+        lab.reboot("gx10-b", log=lambda line: None)
+        _until("restarted and serving", _restarted_both(before), REBOOT_RECOVERY)
+    # The head sees its worker go (no heartbeat, its rank gone), or first the rail its cable
+    # shared with the worker lose its GID with the carrier: either way an ordered restart.
+    reason = _last_reason()
+    assert any(cause in reason for cause in ("worker-lost", "worker-rank-inactive", "->None")), (
+        reason
+    )
+
+
+def test_the_pair_comes_back_after_the_head_node_reboots(supervised: ProvisionResult) -> None:
+    with _fault("head reboot") as before:
+        lab.reboot("gx10-a", log=lambda line: None)
+        _until("restarted and serving", _restarted_both(before), REBOOT_RECOVERY)
+        after = {node: _container(node) for node in NODES}
+        assert after["gx10-b"]["started"] < after["gx10-a"]["started"], after
+
+
+def test_the_pair_comes_back_after_a_power_cut_of_both(supervised: ProvisionResult) -> None:
+    with _fault("power cut") as before:
+        lab.power_cut(log=lambda line: None)
+        _until("restarted and serving", _restarted_both(before), REBOOT_RECOVERY)
+        after = {node: _container(node) for node in NODES}
+        assert after["gx10-b"]["started"] < after["gx10-a"]["started"], after
+
+
+def _worker_gids() -> list[dict[str, object]]:
+    gids: list[dict[str, object]] = _status("gx10-b").get("gid", [])  # type: ignore[assignment]
+    return gids
+
+
+def test_a_gid_shift_while_serving_restarts_the_pair_on_the_new_index(
+    supervised: ProvisionResult,
+) -> None:
+    """Both of the worker's rails move 3 -> 5 while serving (the field report: 3 to 4 within
+    30 minutes); the pair restarts, pinned to 5, then to 3 again when the table is put back."""
+    with _fault("gid shift") as before:
+        node_sh("gx10-b", f"mkdir -p {SHIFT} && echo 4 > {SHIFT}/shift")
+        try:
+            _until("restarted and serving", _restarted_both(before))
+            assert "gid-changed:" in _last_reason()
+            _until("pinned to 5", lambda: {g["pinned"] for g in _worker_gids()} == {5}, 30)
+            assert {g["current"] for g in _worker_gids()} == {5}
+            assert node_sh("gx10-b", "cat /run/gx10/pair/gid.env").strip() == "NCCL_IB_GID_INDEX=5"
+        finally:
+            node_sh("gx10-b", f"rm -f {SHIFT}/shift; touch {SHIFT}/reset")
+        _until("pinned to 3 again", lambda: {g["pinned"] for g in _worker_gids()} == {3})
+        _until("serving", _serving, 60)
+        assert "gid-changed:" in _last_reason()
