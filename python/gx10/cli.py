@@ -6,8 +6,9 @@ distributions, the lab among them, add theirs through the `gx10.commands` entry 
 Handlers return an exit code and leave rendering to `gx10.progress`.
 
 Exit codes: 0 ok; 1 setup or usage error; 2 the playbook ran and failed, or `model verify` found
-a missing or mismatching file, or `doctor` found a fault (an error finding); 3 `lab status` found
-the lab not running (the LSB convention for "not running").
+a missing or mismatching file, or `doctor` found a fault (an error finding), or `status` found the
+service not whole (a rank down, the head not healthy, the pair supervisor's breaker open); 3 `lab
+status` found the lab not running (the LSB convention for "not running").
 """
 
 from __future__ import annotations
