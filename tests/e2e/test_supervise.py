@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from labtools import LAB_INVENTORY, node_sh
@@ -26,6 +29,7 @@ RECOVERY = 120.0  # seconds a fault may take to be repaired on the lab (boots in
 REBOOT_RECOVERY = 240.0  # a node's own boot (systemd, its Docker engine) comes first
 LONE_BOUND = 30.0  # seconds one rank may run without the other (a start, a stop in progress)
 SHIFT = "/run/gx10-sim/rdma"  # the RDMA simulator's control dir (shift, reset)
+RAILS = {"enp1s0f0np0", "enP2p1s0f0np0"}
 
 
 def _provision(playbook: str, **extravars: object) -> ProvisionResult:
@@ -105,6 +109,43 @@ def test_each_rank_is_a_unit_of_its_nodes_agent(supervised: ProvisionResult) -> 
     assert head["role"] == "head"
     assert head["breaker"]["tripped"] is False  # type: ignore[index]
     _smoke()
+
+
+def _gx10(*args: str) -> tuple[int, dict[str, Any]]:
+    """`gx10 ARGS -i LAB --json` from the controller: exit code and document."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "gx10", *args, "-i", str(LAB_INVENTORY), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    document: dict[str, Any] = json.loads(proc.stdout)
+    return proc.returncode, document
+
+
+def test_status_shows_both_nodes_supervised_with_the_gids_they_pinned(
+    supervised: ProvisionResult,
+) -> None:
+    """`gx10 status --json` reads each node's agent: serving, breaker closed, and per rail the
+    GID index its rank started with is the node's current one; `gx10 doctor` finds nothing."""
+    _until("serving", _serving, 60)
+    rc, document = _gx10("status")
+    assert rc == 0, document
+    nodes = {n["node"]: n for n in document["nodes"]}
+    assert set(nodes) == set(NODES)
+    for name, node in nodes.items():
+        assert node["supervision_state"] == "serving", (name, node)
+        supervision = node["supervision"]
+        assert supervision["breaker"]["state"] == "closed", (name, supervision)
+        rails = {g["netdev"]: (g["pinned"], g["current"]) for g in supervision["gid"]}
+        assert set(rails) == RAILS, (name, rails)
+        assert all(p is not None and p == c for p, c in rails.values()), (name, rails)
+    assert nodes["gx10-a"]["supervision"]["source"] == "local"
+    assert nodes["gx10-b"]["supervision"]["source"] == "head"
+    rc, report = _gx10("doctor")
+    assert (rc, report["findings"]) == (0, []), report
 
 
 def test_reapply_changes_nothing_and_restarts_nothing(supervised: ProvisionResult) -> None:
