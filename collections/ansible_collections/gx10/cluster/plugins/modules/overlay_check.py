@@ -11,8 +11,8 @@ short_description: Check the files of a runtime-fix overlay inside the vLLM imag
 description:
   - With I(image), hashes the image's own files at each overlay path in a throwaway container
     (C(docker run --rm --pull never --network none --entrypoint sha256sum), the engine never
-    starts) and fails unless each is the entry's C(base_sha256) (or absent, for a new file): an
-    image the overlay was not reviewed for refuses the start, naming the image, the path, the
+    starts) and fails unless each is the entry's C(base_sha256) (or absent, for a new file), so
+    an image the overlay was not reviewed for refuses the start, naming the image, the path, the
     expected and found hashes and the fix.
   - With I(container), hashes the files the running rank sees (C(docker exec ... sha256sum)) and
     fails unless each is the entry's C(sha256), the replacement.
