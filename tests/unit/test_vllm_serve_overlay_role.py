@@ -160,6 +160,12 @@ def test_a_bad_replacement_is_refused_on_the_controller(node: Path) -> None:
     assert "the file is not the one reviewed" in refused.stdout
     assert not [c for c in fake_docker.calls(node) if c[:1] == ["run"]]
     assert not (node / "overlay").exists()
+    (node / "files" / "fix.py").write_text(FIX_TEXT)
+    nowhere = run(node, vllm_serve_overlay=overlay(node), vllm_serve_overlay_dir="overlay")
+    assert nowhere.returncode != 0
+    assert "directory of replacement files (vllm_serve_overlay_dir): found overlay" in (
+        nowhere.stdout
+    )
 
 
 def test_a_rank_without_the_replacement_fails_naming_node_path_and_hash(node: Path) -> None:
