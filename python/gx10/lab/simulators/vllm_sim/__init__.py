@@ -26,7 +26,9 @@ Modules, each importing only modules listed before it (tests/unit/test_vllm_sim_
   cli, model              the `vllm serve` flags; the model directory and the parallel layout
   boot                    a rank's boot phases: weights, torch.compile (and its cache), capture
   comm, rendezvous        NCCL/Gloo checks against sysfs; the head <-> worker channel
-  tokenizer, generation   tokens and the chat template; generated text and tool calls
+  tokenizer               tokens: the regex tokenizer, or a BPE one
+  deepseek_v4_encoding    the chat encoding, a file an overlay replaces (sha256 logged, /metrics)
+  generation              generated text and tool calls
   gpu_load, engine        the node's GPU load file; admission, timing, counters, death
   api, metrics            the head's request logic; /metrics
   http_server             the OpenAI-compatible HTTP server
@@ -80,6 +82,7 @@ other symbol, each optionally with one leading space, or a run of whitespace. Sp
 
 from .cli import parse_args
 from .comm import check_comm_env
+from .deepseek_v4_encoding import render_chat
 from .engine import Engine, PrefixCache, block_hashes
 from .entrypoint import main
 from .env import DEFAULT_STALL_FILE, SimEnv
@@ -87,7 +90,7 @@ from .generation import tool_arguments
 from .gpu_load import GpuLoad, engine_load
 from .log import Log
 from .perf import PERF_MODELS, PerfModel, ReferencePerfModel, predict_case
-from .tokenizer import BOS, count_tokens, render_chat, tokenize, use_tokenizer
+from .tokenizer import BOS, count_tokens, tokenize, use_tokenizer
 
 __all__ = [
     "BOS",

@@ -9,11 +9,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .deepseek_v4_encoding import render_chat, thinking_enabled
 from .engine import Engine, Plan, block_hashes
 from .errors import ApiError
 from .generation import REASONING_WORDS, WORDS, pick_tool_call, token_stream
 from .model import ModelInfo
-from .tokenizer import BOS, count_tokens, render_chat, thinking_enabled, token_pieces
+from .tokenizer import BOS, count_tokens, token_pieces
 
 
 @dataclass

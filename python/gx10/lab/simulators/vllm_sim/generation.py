@@ -10,7 +10,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .tokenizer import message_text, token_pieces
+from .deepseek_v4_encoding import message_text
+from .tokenizer import token_pieces
 
 
 def _split(text: str) -> tuple[str, ...]:

@@ -12,11 +12,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from .api import Piece, Server, finish_reason, usage
+from .deepseek_v4_encoding import render_chat, thinking_enabled
 from .engine import ENGINE_DEAD_MESSAGE, EngineDeadError, Plan
 from .errors import ApiError
 from .log import Log
 from .metrics import render_metrics
-from .tokenizer import BOS, END_THINK, decode, encode, render_chat, special_id, thinking_enabled
+from .tokenizer import BOS, END_THINK, decode, encode, special_id
 
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 ROUTES = {

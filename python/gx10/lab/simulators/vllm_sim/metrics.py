@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .deepseek_v4_encoding import LOADED_SHA256
 from .engine import Engine, Histogram
 
 
@@ -54,7 +55,8 @@ def render_metrics(engine: Engine, model_name: str) -> str:
             [
                 (
                     f'max_num_seqs="{engine.max_num_seqs}",block_size="{engine.block_size}",'
-                    f'time_scale="{engine.env.time_scale}",perf_model="{engine.env.perf_model}"',
+                    f'time_scale="{engine.env.time_scale}",perf_model="{engine.env.perf_model}",'
+                    f'encoding_sha256="{LOADED_SHA256}"',
                     1,
                 )
             ],

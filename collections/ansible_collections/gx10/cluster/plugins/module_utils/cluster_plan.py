@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.gx10.cluster.plugins.module_utils import pair_config
+from ansible_collections.gx10.cluster.plugins.module_utils import pair_config, serve_overlay
 from ansible_collections.gx10.cluster.plugins.module_utils.host_faults import (
     KNOWN_FAULTS,
     unknown_ids,
@@ -49,7 +49,10 @@ DEFAULT_MODEL_DIR = "/srv/models/DeepSeek-V4-Flash-0731"
 SUPERVISED_VAR = "vllm_supervisor_enabled"
 DEFAULT_SUPERVISED = False
 # Cluster-wide variables: every node must see the same value (why, per variable).
-CLUSTER_VARS = ("gx10_rails", "gx10_rail_mtu", MODEL_DIR_VAR, SUPERVISED_VAR)
+# The serve stage's runtime fixes (module_utils/serve_overlay.py): checked here, on the controller,
+# with the replacement files' hashes, before any node changes.
+OVERLAY_VAR = serve_overlay.OVERLAY_VAR
+CLUSTER_VARS = ("gx10_rails", "gx10_rail_mtu", MODEL_DIR_VAR, SUPERVISED_VAR, OVERLAY_VAR)
 _CLUSTER_WHY = {
     "gx10_rails": "both ends of every link must agree",
     "gx10_rail_mtu": "both ends of every link must agree",
@@ -58,6 +61,7 @@ _CLUSTER_WHY = {
         "head's files into it"
     ),
     SUPERVISED_VAR: "the agents of a pair supervise it together",
+    OVERLAY_VAR: "every rank of the pair must run the same code",
 }
 # The GPU clock policy (the gpu_clock role's inputs) is checked here too, so a bad value stops the
 # run before any node changes.
@@ -269,6 +273,7 @@ def _analyse(
     result.rails = _check_rails(cluster["gx10_rails"], errors)
     result.model_dir = _check_model_dir(cluster[MODEL_DIR_VAR], errors)
     result.supervised = _check_supervised(cluster[SUPERVISED_VAR], len(result.nodes), errors)
+    _check_overlay(cluster[OVERLAY_VAR], result.model_dir, errors)
     _check_mgmt_interfaces(result.nodes, node_vars, result.rails, errors)
     result.node_ids = _check_node_ids(result.nodes, node_vars, errors)
     for rail in result.rails:
@@ -691,6 +696,12 @@ def _check_supervised(value: Any, nodes: int, errors: list[str]) -> bool:
             f"runs two (a head and one worker); set {SUPERVISED_VAR}: false for {nodes} nodes"
         )
     return bool(value)
+
+
+def _check_overlay(value: Any, model_dir: str, errors: list[str]) -> None:
+    """vllm_serve_overlay: its shape, and each replacement file's sha256 on the controller."""
+    overlay = None if value is _MISSING else value
+    errors.extend(serve_overlay.check_overlay(overlay, model_dir=model_dir)[1])
 
 
 def _check_supervisor_timings(host: str, host_vars: Mapping[str, Any], errors: list[str]) -> None:
