@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socketserver
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -43,6 +44,12 @@ class ApiServer(ThreadingHTTPServer):
         super().__init__(address, ApiHandler, bind_and_activate=False)
         self.api = api
         self.log = log
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up between requests is no error (uvicorn says nothing either)."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
     def server_bind(self) -> None:
         """Bind without HTTPServer's getfqdn() lookup (it can stall without DNS)."""
