@@ -912,10 +912,11 @@ def run(
     timeout: float = 120.0,
     cases: Iterable[str] | None = None,
 ) -> BatteryResult:
-    """Run the cases (all, in CASES order, by default) against `base_url` (http(s)://HOST:PORT,
+    """Run the cases (all by default; always in CASES order) against `base_url` (http(s)://HOST:PORT,
     with or without /v1; EndpointError otherwise). A case unknown here is a ValueError."""
-    selected = list(CASES) if cases is None else list(dict.fromkeys(cases))
-    unknown = [c for c in selected if c not in RUNNERS]
+    wanted = set(CASES if cases is None else cases)
+    unknown = sorted(wanted - set(CASES))
+    selected = [name for name in CASES if name in wanted]
     if unknown:
         raise ValueError(
             f"unknown battery case {', '.join(unknown)}; the cases: {', '.join(CASES)}"
