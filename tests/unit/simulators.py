@@ -96,13 +96,14 @@ def vllm_sim_head(
     api_key: str = "battery-secret",
     max_model_len: int = 65536,
     breaks: tuple[str, ...] = (),
+    time_scale: float = 0.0,
 ) -> Iterator[InProcessHead]:
     """The simulator's API server (the head's, without the rendezvous and boot) on a loopback
     ephemeral port, serving as the reference flags do (deepseek_v4 tool and reasoning parsers,
-    auto tool choice, thinking off by default, --api-key); instant (time scale 0). Shut down and
-    closed when the block ends."""
+    auto tool choice, thinking off by default, --api-key); instant at time scale 0 (the
+    default), timed as the lab's head at 1. Shut down and closed when the block ends."""
     env = vllm_sim.SimEnv(
-        time_scale=0.0,
+        time_scale=time_scale,
         state_dir=workdir / "nvidia-smi",
         stall_file=workdir / "stall",
         breaks=breaks,
