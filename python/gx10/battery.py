@@ -166,7 +166,7 @@ def first_difference(expected: Any, got: Any, path: str = "$") -> str | None:
         want, have = _json_type(expected), _json_type(got)
         return f"{path}: expected {want} {_short(expected)}, got {have} {_short(got)}"
     if isinstance(expected, dict):
-        for key in expected.keys() | got.keys():
+        for key in [*expected, *(k for k in got if k not in expected)]:  # in a stable order
             if key not in got or key not in expected:
                 return f"{path}.{key}: {'missing' if key not in got else 'not expected'}"
             found = first_difference(expected[key], got[key], f"{path}.{key}")
