@@ -15,10 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .env import SimEnv
-from .generation import ToolCall
 from .gpu_load import engine_load
 from .log import Log
 from .perf import PERF_MODELS, PerfModel
+from .tool_calls import ToolCall
 
 STALL_POLL_SECONDS = 0.2
 ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
@@ -161,9 +161,13 @@ class Plan:
     rng: random.Random
     reasoning_tokens: int
     answer_tokens: int
-    tool_call: ToolCall | None
+    tool_calls: list[ToolCall]
     ignore_eos: bool
     block_hashes: tuple[str, ...] = ()
+    # The answer's words when they are known (after a tool result); generated prose otherwise.
+    answer_text: str | None = None
+    # The battery's break modes active for this request (breaks.py).
+    breaks: frozenset[str] = frozenset()
 
 
 class Engine:

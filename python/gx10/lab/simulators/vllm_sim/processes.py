@@ -71,10 +71,14 @@ def log_encoding(log: Log) -> None:
 
 
 def clear_stall(env: SimEnv, log: Log) -> None:
-    """A stall is the engine's state: a (re)started head begins without one."""
+    """A stall is the engine's state: a (re)started head begins without one (nor with the
+    battery's break file: a restart serves as the real server does)."""
     with contextlib.suppress(FileNotFoundError):
         env.stall_file.unlink()
         log.info_at("core.py:711", f"removed a leftover stall file {env.stall_file}")
+    with contextlib.suppress(FileNotFoundError):
+        env.break_file.unlink()
+        log.info_at("core.py:711", f"removed a leftover break file {env.break_file}")
 
 
 class Head:

@@ -71,6 +71,21 @@ CLOCK_VARS = ("gpu_clock_sm_mhz", "gpu_clock_min_mhz")
 FAULTS_IGNORE_VAR = "preflight_known_faults_ignore"
 # Per node: rail netdev -> RDMA device, where sysfs does not map it (the plan's rails carry it).
 RDMA_DEVICES_VAR = "gx10_rdma_devices"
+# The smoke stage's tool-call battery (`gx10 smoke --battery`), read from the head: whether it
+# runs, and which of its cases (unset or []: all). The names are gx10.battery.CASES (a unit test
+# keeps the two lists equal; the collection imports nothing from gx10).
+SMOKE_BATTERY_VAR = "gx10_smoke_battery"
+SMOKE_BATTERY_CASES_VAR = "gx10_smoke_battery_cases"
+SMOKE_BATTERY_CASES = (
+    "parallel",
+    "nested",
+    "long-argument",
+    "stream",
+    "tool-choice",
+    "reasoning",
+    "agent-loop",
+    "messages",
+)
 NODE_VARS = (
     *CLUSTER_VARS,
     "gx10_node_id",
@@ -79,6 +94,8 @@ NODE_VARS = (
     *CLOCK_VARS,
     FAULTS_IGNORE_VAR,
     *(pair_config.variable(key) for key in pair_config.TIMINGS),
+    SMOKE_BATTERY_VAR,
+    SMOKE_BATTERY_CASES_VAR,
 )
 # A no-fragment ping payload of MTU - 28 (IPv4 and ICMP headers) fills one frame exactly.
 IPV4_ICMP_HEADERS = 28
@@ -284,6 +301,8 @@ def _analyse(
         if result.supervised:
             _check_supervisor_timings(host, node_vars[host], errors)
         result.rdma_devices[host] = _check_rdma_devices(host, node_vars[host], result.rails, errors)
+    if result.nodes:
+        _check_smoke_battery(result.nodes[0], node_vars[result.nodes[0]], errors)
     return result
 
 
@@ -728,6 +747,34 @@ def _check_faults_ignore(host: str, host_vars: Mapping[str, Any], errors: list[s
             f"{FAULTS_IGNORE_VAR} on host {host} names {name!r}, which is no known fault "
             f"(known: {known}): correct the id or remove it"
         )
+
+
+def _check_smoke_battery(head: str, host_vars: Mapping[str, Any], errors: list[str]) -> None:
+    """gx10_smoke_battery: a bool; gx10_smoke_battery_cases: a list of battery case names."""
+    known = ", ".join(SMOKE_BATTERY_CASES)
+    enabled = _value(host_vars, SMOKE_BATTERY_VAR)
+    if enabled is not _MISSING and not isinstance(enabled, bool):
+        errors.append(
+            f"{SMOKE_BATTERY_VAR} on host {head} is {_show(enabled)} ({_type_name(enabled)}): it "
+            f"must be true or false, e.g. {SMOKE_BATTERY_VAR}: true in group_vars/all.yml (on the "
+            f"command line -e '{{\"{SMOKE_BATTERY_VAR}\": true}}': -e key=value gives a string)"
+        )
+    cases = _value(host_vars, SMOKE_BATTERY_CASES_VAR)
+    if cases is _MISSING:
+        return
+    if not _is_list(cases) or not all(isinstance(name, str) for name in cases):
+        errors.append(
+            f"{SMOKE_BATTERY_CASES_VAR} on host {head} is {_show(cases)}: it must be a list of "
+            f"battery case names (known: {known}), e.g. {SMOKE_BATTERY_CASES_VAR}: "
+            "[parallel, stream]; leave it unset (or []) to run every case"
+        )
+        return
+    for name in cases:
+        if name not in SMOKE_BATTERY_CASES:
+            errors.append(
+                f"{SMOKE_BATTERY_CASES_VAR} on host {head} names {name!r}, which is no battery "
+                f"case (known: {known}): correct the name or remove it"
+            )
 
 
 def _check_clock_policy(host: str, host_vars: Mapping[str, Any], errors: list[str]) -> None:
