@@ -201,12 +201,13 @@ class Server:
             produced += len(pieces)
             if not first:
                 rate = engine.perf.decode_rate(plan.prompt_tokens + produced, engine.running, clock)
+                rate *= engine.spec_speed
                 deadline += len(pieces) / max(rate, 1e-6) * scale
                 engine.sleep_until(deadline)
             yield pieces
         if plan.tool_call is not None and produced < budget:
             call_tokens = min(count_tokens(plan.tool_call.arguments) + 4, budget - produced)
-            rate = engine.perf.decode_rate(plan.prompt_tokens, 1, clock)
+            rate = engine.perf.decode_rate(plan.prompt_tokens, 1, clock) * engine.spec_speed
             deadline += call_tokens / max(rate, 1e-6) * scale
             engine.sleep_until(deadline)
             yield [Piece("tool", plan.tool_call.arguments, call_tokens)]
