@@ -550,7 +550,7 @@ def test_low_draft_acceptance_names_rate_counters_range_and_causes(tables: Any, 
     )
     assert "warning below 0.78" in finding.evidence
     assert "error below 0.58" in finding.evidence
-    for cause in ("draft (MTP) weights", "gx10 model verify", "--speculative-config", "image"):
+    for cause in ("draft (MTP) weights", "-p model.yml", "--speculative-config", "image"):
         assert cause in finding.fix
     assert "method dspark, num_speculative_tokens 5" in finding.fix
     assert "gx10 provision -i INV -t serve" in finding.fix

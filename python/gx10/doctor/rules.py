@@ -630,8 +630,9 @@ def rule_known_bad_build(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> It
 
 _SPEC_FIX = (
     "the draft is not doing its work, so decode is slower than it should be, with no error: "
-    "check that the checkpoint's draft (MTP) weights are all there and load (`gx10 model verify "
-    "-i INV`; the head's log names the speculative config and the draft it loaded), that "
+    "check that the checkpoint's draft (MTP) weights are all there and load (the model stage "
+    "verifies every file against the manifest: `gx10 provision -i INV -p model.yml`; the head's "
+    "log names the speculative config and the draft it loaded), that "
     "--speculative-config is the profile's (vllm_serve_speculative_config: {spec}), and that the "
     "image is the profile's (vllm_image; an image without this draft method for this checkpoint "
     "drafts badly); then restart the pair (`gx10 provision -i INV -t serve`)"
