@@ -84,13 +84,18 @@ docs: venv ## Regenerate each role README's variable table from meta/argument_sp
 unit: venv browser-deps ## Unit tests (plugins and Python; the report's in a headless browser)
 	pytest -q
 
+# One lab for every scenario (each leaves the nodes as its role converged them; none needs a
+# fresh lab): bring it up once, keep it between scenarios, take it down at the end unless
+# GX10_KEEP_LAB is set.
 molecule: venv host-deps ## Role tests on the lab: check, converge, idempotence, verify
+	gx10 lab up
 	for scenario in $$(ls molecule | grep -v '^shared$$'); do \
-	  molecule test --scenario-name "$$scenario" || exit 1; \
+	  GX10_KEEP_LAB=1 molecule test --scenario-name "$$scenario" || exit 1; \
 	done
+	if [ -z "$${GX10_KEEP_LAB:-}" ]; then gx10 lab down; fi
 
 e2e: venv host-deps ## End to end: provision() against the lab
-	pytest -q -m lab tests/e2e
+	pytest -q -m lab --durations=30 tests/e2e
 
 clean: ## Remove the venv and caches (the lab stays; see lab-down)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

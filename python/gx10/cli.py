@@ -6,8 +6,9 @@ distributions, the lab among them, add theirs through the `gx10.commands` entry 
 Handlers return an exit code and leave rendering to `gx10.progress`.
 
 Exit codes: 0 ok; 1 setup or usage error; 2 the playbook ran and failed, or `model verify` found
-a missing or mismatching file, or `doctor` found a fault (an error finding); 3 `lab status` found
-the lab not running (the LSB convention for "not running").
+a missing or mismatching file, or `doctor` found a fault (an error finding), or `status` found the
+service not whole (a rank down, the head not healthy, the pair supervisor's breaker open); 3 `lab
+status` found the lab not running (the LSB convention for "not running").
 """
 
 from __future__ import annotations
@@ -484,11 +485,16 @@ def _add_status(
     p = commands.add_parser(
         "status",
         parents=[json_option],
-        help="is the service whole: each rank's container, rank, image, and the head's health",
+        help=(
+            "is the service whole: each rank's container, rank, image, its pair supervision, "
+            "and the head's health"
+        ),
         description=(
-            "Per node the serving container's state, rank and image, and the head's /health as "
-            "this machine sees it (read-only). Exit 0 only when every rank runs and the head is "
-            "healthy; 2 otherwise."
+            "Per node the serving container's state, rank and image; where the pair supervisor "
+            "is installed, its state, restarts in the breaker's window, the last restart and its "
+            "reason, the breaker, and the GID index per rail (current and pinned at the rank's "
+            "start); and the head's /health as this machine sees it (read-only). Exit 0 only when "
+            "every rank runs, the head is healthy and no breaker is open; 2 otherwise."
         ),
     )
     p.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
@@ -503,15 +509,7 @@ def _run_status(args: argparse.Namespace) -> int:
     if args.json:
         print_json(state.to_dict())
     else:
-        for node in state.nodes:
-            print(
-                f"{node.node:<10} rank {node.rank} {node.role:<6} container {node.container:<8} "
-                f"image {node.image or '-'}"
-            )
-        print(f"endpoint  {state.endpoint or '-'}  /health {state.head_health or 'no answer'}")
-        for problem in state.problems:
-            print(f"problem: {problem}")
-        print("OK: the service is whole" if state.ok else "NOT OK")
+        cluster_status.print_status(Console(highlight=False), state)
     return EXIT_OK if state.ok else EXIT_FAILED
 
 

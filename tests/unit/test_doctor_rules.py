@@ -30,6 +30,7 @@ from gx10.doctor import (
 )
 from gx10.doctor import rules as r
 from gx10.doctor.engine_metrics import SpecDecodeCounters
+from gx10.doctor.pair import PairBreaker, PairGid, PairReport, PairRestart
 from gx10.lab.simulators.rdma_sysfs import sync
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,12 +115,58 @@ def rail(
     return tuple(rails)
 
 
+def pair_report(
+    node: str,
+    pinned: int | None = 3,
+    current: int | None = 3,
+    state: str = "serving",
+    breaker: PairBreaker | None = None,
+) -> PairReport:
+    """What a node's `gx10-pair status` says (test_pair_status reads the agents' own output)."""
+    head = node == "gx10-a"
+    return PairReport(
+        node=node,
+        role="head" if head else "worker",
+        state=state,
+        generation=2,
+        rank_active=state == "serving",
+        restarts_in_window=1,
+        last_restart=PairRestart(1_700_000_000.0, "worker-rank-inactive"),
+        breaker=breaker or PairBreaker("closed", None, None),
+        gid=(PairGid(RAIL0, pinned, current), PairGid(RAIL1, 3, 3)),
+        gid_error=None,
+        source="local" if head else "head",
+        peer="gx10-b" if head else "gx10-a",
+        peer_age=1.0,
+        agent="/usr/local/lib/gx10/pair/gx10-pair",
+    )
+
+
+TRIPPED = PairBreaker(
+    "open", "6 restarts within 3600s (limit 5); last: head-not-ready:/health", 1_700_000_100.0
+)
+
+
+def supervised(tables: dict[str, Any], **reports: PairReport) -> list[Evidence]:
+    """Both nodes supervised (their agents' reports), the others as in `cluster`."""
+    return [
+        node_evidence(n, tables, supervisor_installed=True, pair=reports.get(n) or pair_report(n))
+        for n in OCTETS
+    ]
+
+
 def codes(findings: list[Finding]) -> list[tuple[str, str]]:
     return [(f.code, f.node) for f in findings]
 
 
 def test_healthy_cluster_has_no_finding(plan: dict[str, Any], tables: dict[str, Any]) -> None:
     assert diagnose(cluster(tables), plan) == []
+
+
+def test_healthy_supervised_cluster_has_no_finding(
+    plan: dict[str, Any], tables: dict[str, Any]
+) -> None:
+    assert diagnose(supervised(tables), plan) == []
 
 
 # Each case: (build the faulty evidence from the tables, code, node, a piece of the fix).
@@ -184,11 +231,50 @@ FAULTS: dict[str, Case] = {
         "rdma link show",
     ),
     "gid index mismatch": (
-        # The worker's table moved (stale slots in front: v2 at 6); its file still says 3.
-        lambda t, p: cluster({**t, "gx10-b": gid_tables(p, "11", shift=5)}),
+        # The worker's table moved (stale slots in front: v2 at 6); its file still says 3, for
+        # the next start (no rank runs now).
+        lambda t, p: cluster(
+            {**t, "gx10-b": gid_tables(p, "11", shift=5)}, "gx10-b", containers=()
+        ),
         r.GID_INDEX_MISMATCH,
         "gx10-b",
         "nccl.yml",
+    ),
+    "gid moved under an unsupervised rank": (
+        # The same, with the worker's rank running on nccl.env's 3: nothing repairs it.
+        lambda t, p: cluster({**t, "gx10-b": gid_tables(p, "11", shift=5)}),
+        r.GID_MOVED,
+        "gx10-b",
+        "then the serve stage",
+    ),
+    "gid moved under a supervised rank": (
+        lambda t, p: supervised(
+            {**t, "gx10-b": gid_tables(p, "11", shift=5)}, **{"gx10-b": pair_report("gx10-b", 3, 6)}
+        ),
+        r.GID_MOVED,
+        "gx10-b",
+        "restarts the pair",
+    ),
+    "gid moved, the agent stopped (an unsupervised serve after a supervised one)": (
+        lambda t, p: supervised(
+            {**t, "gx10-b": gid_tables(p, "11", shift=5)},
+            **{"gx10-b": pair_report("gx10-b", 3, 6, state="stopped")},
+        ),
+        r.GID_MOVED,
+        "gx10-b",
+        "nothing restarts the ranks",
+    ),
+    "supervision tripped": (
+        lambda t, _p: [
+            node_evidence(n, t, containers=(), supervisor_installed=True, pair=report)
+            for n, report in (
+                ("gx10-a", pair_report("gx10-a", state="tripped", breaker=TRIPPED)),
+                ("gx10-b", pair_report("gx10-b", state="waiting", breaker=TRIPPED)),
+            )
+        ],
+        r.SUPERVISION_TRIPPED,
+        "gx10-a",
+        "gx10-pair reset",
     ),
     "pinned literal": (
         lambda t, p: cluster({**t, "gx10-b": gid_tables(p, "11", shift=5)}),
@@ -324,6 +410,41 @@ NEAR_MISSES: dict[str, tuple[Callable[[dict[str, Any], Path], list[Evidence]], s
         r.GID_INDEX_MISMATCH,
     ),
     "same literal, same tables": (lambda t, _p: cluster(t), r.GID_PINNED_LITERAL),
+    # Supervised, each rank runs with the index its agent resolved at its start (6 after the
+    # shift): nccl.env's 3 is only a default, neither a mismatch nor a literal for all nodes.
+    "supervised, nccl.env's index is a default": (
+        lambda t, p: supervised(
+            {**t, "gx10-b": gid_tables(p, "11", shift=5)}, **{"gx10-b": pair_report("gx10-b", 6, 6)}
+        ),
+        r.GID_INDEX_MISMATCH,
+    ),
+    "supervised, no literal for all": (
+        lambda t, p: supervised(
+            {**t, "gx10-b": gid_tables(p, "11", shift=5)}, **{"gx10-b": pair_report("gx10-b", 6, 6)}
+        ),
+        r.GID_PINNED_LITERAL,
+    ),
+    "supervised, pinned as the table": (lambda t, _p: supervised(t), r.GID_MOVED),
+    "supervised, moved while no rank runs": (
+        lambda t, _p: [
+            node_evidence(n, t, containers=(), supervisor_installed=True, pair=report)
+            for n, report in (
+                ("gx10-a", pair_report("gx10-a", state="waiting")),
+                ("gx10-b", pair_report("gx10-b", 3, 6, state="waiting")),
+            )
+        ],
+        r.GID_MOVED,
+    ),
+    "unsupervised auto mode: NCCL resolved its own": (
+        lambda t, p: cluster(
+            {**t, "gx10-b": gid_tables(p, "11", shift=5)},
+            "gx10-b",
+            env={"NCCL_IB_HCA": f"{DEV0},{DEV1}"},
+            gid_mode="auto",
+        ),
+        r.GID_MOVED,
+    ),
+    "breaker closed": (lambda t, _p: supervised(t), r.SUPERVISION_TRIPPED),
     "auto mode, rails differ": (
         lambda t, p: [
             node_evidence("gx10-a", t),

@@ -109,15 +109,17 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def write_gid_table(root: Path, dev: str, netdev: str, ipv4: str, index: int) -> None:
-    """A one-port table: link-local at 0/1, the rail's v1 at index-1 and its v2 at index."""
+def write_gid_table(root: Path, dev: str, netdev: str, ipv4: str, index: int | None) -> None:
+    """A one-port table: link-local at 0/1, the rail's v1 at index-1 and its v2 at index (None:
+    the rail has no IPv4 entries, as after it lost its address or carrier)."""
     base = root / "class" / "infiniband" / dev / "ports" / "1"
     for sub in ("gids", "gid_attrs/types", "gid_attrs/ndevs"):
         (base / sub).mkdir(parents=True, exist_ok=True)
     mapped = ipaddress.IPv6Address(f"::ffff:{ipv4}").exploded
     slots = {0: ("fe80::1", "IB/RoCE v1"), 1: ("fe80::1", "RoCE v2")}
-    slots[index - 1] = (mapped, "IB/RoCE v1")
-    slots[index] = (mapped, "RoCE v2")
+    if index is not None:
+        slots[index - 1] = (mapped, "IB/RoCE v1")
+        slots[index] = (mapped, "RoCE v2")
     for slot in range(8):
         gid, kind = slots.get(slot, ("::", ""))
         (base / "gids" / str(slot)).write_text(ipaddress.IPv6Address(gid).exploded + "\n")
@@ -470,6 +472,27 @@ def test_an_absent_worker_agent_is_waited_for_not_counted(make_pair: Callable[..
     p.wait("the pair serving", p.serving)
     assert p.restarts() == 0
     assert p.event_list() == ["b start", "a start"]
+
+
+def test_rails_without_their_gid_are_waited_for_not_counted(
+    make_pair: Callable[..., Pair],
+) -> None:
+    """The worker's rail has no RoCE v2 GID (its node is booting, a cable is out): the head
+    waits, uncounted and past every start deadline, then starts the pair once the GID is back."""
+    p = make_pair()
+    write_gid_table(p.dirs["b"] / "sys", DEV["b"], NETDEV["b"], RAIL_IP["b"], None)
+    p.start("b")
+    p.start("a")
+    p.wait("the head waiting for the rail", lambda: "RoCE v2 GID on node-b:eth-b" in p.log("a"))
+    time.sleep(2.5)  # past worker_ready_timeout (2 s scaled): still no start, no failure
+    assert p.state("a") == "waiting"
+    assert p.restarts() == 0
+    assert p.event_list() == []
+    write_gid_table(p.dirs["b"] / "sys", DEV["b"], NETDEV["b"], RAIL_IP["b"], 3)
+    p.wait("the pair serving", p.serving)
+    assert p.restarts() == 0
+    assert p.event_list() == ["b start", "a start"]
+    assert "every rail has its RoCE v2 GID again" in p.log("a")
 
 
 def test_a_dead_worker_rank_restarts_both_worker_first(make_pair: Callable[..., Pair]) -> None:

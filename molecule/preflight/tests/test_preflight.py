@@ -33,7 +33,10 @@ def test_management_link_is_not_a_rail(nodes):
 
 
 def test_preflight_left_no_trace(nodes):
-    """Read-only: no model directory or gx10 config was created."""
+    """Read-only: every file and directory a stage could write is as prepare.yml recorded it."""
     for node in nodes:
-        assert not node.file("/srv/models").exists
-        assert not node.file("/etc/gx10").exists
+        before = node.file("/root/.gx10-preflight-before").content_string
+        after = node.check_output("/root/.gx10-preflight-listing.sh")
+        assert before.strip(), "prepare recorded nothing"
+        changed = sorted(set(before.splitlines()) ^ set(after.splitlines()))
+        assert not changed, f"{node.backend.hostname}: preflight changed {changed[:10]}"

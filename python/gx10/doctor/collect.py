@@ -6,7 +6,7 @@ The playbook ends every node with one task whose result holds a JSON-serialisabl
 plan from the validate play, out of the runner events (``runner_on_ok``, ``event_data.res``)
 without scraping text. `parse_evidence` turns one node's dict into an `Evidence`: pure, so it is
 unit-tested on realistic dicts, including the missing pieces (unreachable node, no container, no
-env file, a failed GID read).
+env file, a failed GID read, no pair supervisor).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gx10.doctor import engine_metrics
+from gx10.doctor.pair import PairReport, PairReportError, parse_pair_report
 from gx10.doctor.rules import ContainerEvidence, Evidence, KnownFault, RailEvidence
 from gx10.errors import Gx10Error
 from gx10.provision import EventHandler, ProvisionResult, provision
@@ -236,6 +237,8 @@ def parse_evidence(node: str, raw: Mapping[str, Any] | None) -> Evidence:
     if not recorded:
         cap = inferred
     known_faults = _known_faults(_section(raw, "kernel"), problems)
+    pair_section = _section(raw, "pair")
+    pair = _pair(pair_section, problems)
     return Evidence(
         node=node,
         reachable=True,
@@ -258,8 +261,27 @@ def parse_evidence(node: str, raw: Mapping[str, Any] | None) -> Evidence:
         endpoint=str(raw["endpoint"]).strip() if raw.get("endpoint") else None,
         kernel_release=_text(_section(raw, "kernel").get("release")),
         known_faults=known_faults,
+        supervisor_installed=_bool(pair_section.get("installed", False)),
+        pair=pair,
         speculative=_speculative(raw.get("speculative_config")),
     )
+
+
+def _pair(section: Mapping[str, Any], problems: list[str]) -> PairReport | None:
+    """The agent's `gx10-pair status --json` where it is installed (absent: not supervised)."""
+    if not _bool(section.get("installed", False)):
+        return None
+    agent = _text(section.get("agent"))
+    rc = _int(section.get("rc"))
+    if rc != 0:
+        why = str(section.get("msg") or "").strip() or f"exit code {rc}"
+        problems.append(f"pair supervisor status not read ({agent} status --json): {why}")
+        return None
+    try:
+        return parse_pair_report(section.get("stdout"), agent)
+    except PairReportError as exc:
+        problems.append(f"pair supervisor status not understood ({agent} status --json): {exc}")
+        return None
 
 
 def _speculative(value: object) -> dict[str, Any] | None:
