@@ -31,8 +31,8 @@ from gx10 import __version__, battery, smoke
 from gx10 import status as cluster_status
 from gx10.bench.cli import add_parser as _add_bench
 from gx10.clients.cli import add_parser as _add_clients
+from gx10.doctor import Evidence, diagnose, findings_json, has_errors, print_findings
 from gx10.doctor import collect as doctor_collect
-from gx10.doctor import diagnose, findings_json, has_errors, print_findings
 from gx10.errors import Gx10Error
 from gx10.model.errors import ModelError
 from gx10.model.manifest import (
@@ -402,8 +402,9 @@ def _add_doctor(
         parents=[json_option],
         help="read-only diagnosis of the known faults, each with its evidence and fix",
         description=(
-            "Gather evidence on every node (playbooks/doctor.yml, read-only) and report each known "
-            "fault with its evidence and fix. Exit 0 when no error is found, 2 when one is."
+            "Gather evidence on every node (playbooks/doctor.yml, read-only) and the head "
+            "engine's counters (its /metrics, from this machine), and report each known fault "
+            "with its evidence and fix. Exit 0 when no error is found, 2 when one is."
         ),
     )
     p.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
@@ -420,11 +421,25 @@ def _add_doctor(
             "the figures too"
         ),
     )
+    p.add_argument(
+        "--api-key-file",
+        type=Path,
+        help=(
+            "file holding a key to send with the head's /metrics request (vLLM's --api-key "
+            "guards only /v1; for a proxy in front that asks for one)"
+        ),
+    )
     p.set_defaults(handler=_run_doctor)
 
 
 def _run_doctor(args: argparse.Namespace) -> int:
     err = Console(stderr=True, highlight=False)
+    api_key = None
+    if args.api_key_file is not None:
+        try:
+            api_key = args.api_key_file.read_text().strip()
+        except OSError as exc:
+            raise Gx10Error(f"cannot read --api-key-file {args.api_key_file}: {exc}") from exc
     measured: dict[str, Any] = {}
     if args.measure_bandwidth:
         figures = doctor_collect.measure_bandwidth(
@@ -441,15 +456,24 @@ def _run_doctor(args: argparse.Namespace) -> int:
     )
     if result.status == "canceled":
         return EXIT_INTERRUPTED
+    evidences = doctor_collect.read_engine_metrics(evidences, plan, api_key=api_key)
     findings = diagnose(evidences, plan)
     if args.json:
         document = json.loads(findings_json(findings))
-        document["nodes"] = {ev.node: {"reachable": ev.reachable} for ev in evidences}
+        document["nodes"] = {ev.node: _node_document(ev) for ev in evidences}
         document["artifact_dir"] = str(result.artifact_dir)
         print_json(document)
     else:
         print_findings(Console(highlight=False), findings)
     return EXIT_FAILED if has_errors(findings) else EXIT_OK
+
+
+def _node_document(ev: Evidence) -> dict[str, Any]:
+    """A node in doctor's JSON: whether it answered, and the engine counters read from it."""
+    document: dict[str, Any] = {"reachable": ev.reachable}
+    if ev.spec_decode is not None:
+        document["spec_decode"] = {**ev.spec_decode.to_dict(), "url": ev.metrics_url}
+    return document
 
 
 # --- status ----------------------------------------------------------------------------------

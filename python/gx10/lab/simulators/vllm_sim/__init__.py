@@ -73,7 +73,17 @@ Environment (sim-only knobs are GX10_SIM_*; the others are read as the real stac
   GX10_SIM_PREFIX_CACHE_TOKENS tokens the prefix cache remembers, least recently used out
                                (default 2097152; the cache follows --enable-prefix-caching,
                                on by default as in vLLM V1, in blocks of --block-size, default 16)
-  GX10_SIM_SPEC_ACCEPTANCE     draft token acceptance rate for speculative decoding (default 0.85)
+  GX10_SIM_SPEC_ACCEPTANCE     with a --speculative-config: the draft acceptance rate the counters
+                               show, accepted over proposed draft tokens
+                               (vllm:spec_decode_num_accepted_tokens_total over
+                               vllm:spec_decode_num_draft_tokens_total, vLLM's "Avg Draft
+                               acceptance rate"); 0 to 1, default 0.85, the field's 83-87%
+                               (FIELD_NOTES section 1). The first rejection ends a draft, so draft
+                               position i is accepted with chance q^(i+1), q set so that the mean
+                               over the k positions is this rate (engine.position_acceptance).
+                               Decode speed follows tokens per step, 1 + k x rate, relative to
+                               the 0.85 the timing models were calibrated at: a lower rate slows
+                               decode as a badly loaded draft does on a GB10 pair
   GX10_SIM_SEED                seed mixed into every generation (default 0)
   GX10_SIM_TOKENIZER           tokenizer.json of a BPE tokenizer (default: the regex tokenizer)
   GX10_SIM_VLLM_VERSION        version string to report (default 0.11.1+gx10sim)

@@ -222,6 +222,7 @@ class Server:
             produced += len(pieces)
             if not first:
                 rate = engine.perf.decode_rate(plan.prompt_tokens + produced, engine.running, clock)
+                rate *= engine.spec_speed
                 deadline += len(pieces) / max(rate, 1e-6) * scale
                 engine.sleep_until(deadline)
             yield pieces
@@ -234,7 +235,7 @@ class Server:
         """The calls, each timed as its tokens. Calls that do not fit in the budget are cut:
         the parser never sees their end, so the markup stays in the content (finish "length")."""
         engine = self.engine
-        rate = engine.perf.decode_rate(plan.prompt_tokens, 1, clock)
+        rate = engine.perf.decode_rate(plan.prompt_tokens, 1, clock) * engine.spec_speed
         sizes = [count_tokens(c.arguments) + CALL_OVERHEAD_TOKENS for c in plan.tool_calls]
         if sum(sizes) > room:
             markup = dsml(plan.tool_calls)
