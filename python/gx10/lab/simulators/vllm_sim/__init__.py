@@ -28,8 +28,9 @@ Modules, each importing only modules listed before it (tests/unit/test_vllm_sim_
   cli, model              the `vllm serve` flags; the model directory and the parallel layout
   boot                    a rank's boot phases: weights, torch.compile (and its cache), capture
   comm, rendezvous        NCCL/Gloo checks against sysfs; the head <-> worker channel
-  tokenizer, tool_calls   tokens; the tool calls the model makes
+  tokenizer               tokens: the regex tokenizer, or a BPE one
   deepseek_v4_encoding    the chat encoding, a file an overlay replaces (sha256 logged, /metrics)
+  tool_calls              the tool calls the model makes
   generation              generated text and reasoning
   gpu_load, engine        the node's GPU load file; admission, timing, counters, death
   api, anthropic          the head's request logic; /v1/messages as a chat completion request
