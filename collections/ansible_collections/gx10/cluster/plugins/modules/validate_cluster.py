@@ -19,6 +19,8 @@ description:
     every node address inside its subnet and unique, C(gx10_rail_mtu) in 1280..9216, that no
     rail uses a node's C(gx10_mgmt_interface), and C(gx10_model_dir) (an absolute, normalised
     path other than C(/), without C(:)).
+  - Checks the head's smoke-stage battery switches too, C(gx10_smoke_battery) (a bool) and
+    C(gx10_smoke_battery_cases) (a list of the battery's case names).
   - On success returns the cluster plan (ranks, rail addresses, peers, C(master_addr), the
     checkpoint directory C(model_dir)), the same value as the P(gx10.cluster.rail_plan#filter)
     filter.
