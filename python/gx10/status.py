@@ -1,20 +1,30 @@
-"""`gx10 status`: is the service whole? Per node the serving container, its rank and image, and
-the head's health as the controller sees it.
+"""`gx10 status`: is the service whole? Per node the serving container, its rank and image, the
+pair supervisor's account (state, restarts, breaker, GID index per rail), and the head's health
+as the controller sees it.
 
 Reuses the doctor's read-only evidence (playbooks/doctor.yml) so the nodes are asked once, the
 same way. The head's `/health` is not enough on its own: a head whose worker died keeps
 answering 200 until a request needs the collective, so every rank's container is checked too.
+An open breaker is a problem even while nothing else is: the pair stays stopped until it is reset.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import httpx
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
+from gx10.doctor.pair import PairReport
 from gx10.doctor.rules import Evidence
+
+NOT_SUPERVISED = "not supervised"  # no agent installed on the node
+UNREADABLE = "unknown"  # an agent is installed, its status could not be read
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +36,10 @@ class NodeState:
     container: str  # running, exited, ..., or "missing"
     container_rank: int | None
     image: str | None
+    # The agent's state (serving, starting, restarting, waiting, tripped, stopped),
+    # NOT_SUPERVISED or UNREADABLE; its whole report when it gave one.
+    supervision_state: str = NOT_SUPERVISED
+    supervision: PairReport | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +85,8 @@ def judge(
                 container=state,
                 container_rank=container.rank if container else None,
                 image=container.image if container else None,
+                supervision_state=_supervision_state(ev),
+                supervision=ev.pair if ev else None,
             )
         )
         if not ev or not ev.reachable:
@@ -81,6 +97,10 @@ def judge(
             problems.append(f"{name} (rank {rank}): serving container is {state}")
         elif container and container.rank != rank:
             problems.append(f"{name}: container runs rank {container.rank}, the plan says {rank}")
+        if ev and ev.reachable and ev.supervisor_installed and ev.pair is None:
+            why = "; ".join(p for p in ev.problems if p.startswith("pair supervisor")) or "?"
+            problems.append(f"{name}: the pair supervisor's status could not be read ({why})")
+    problems.extend(_breaker_problems(nodes))
     images = {n.image for n in nodes if n.image}
     if len(images) > 1:
         problems.append(
@@ -97,3 +117,108 @@ def judge(
             + (f"answered {health}" if health is not None else "did not answer")
         )
     return ClusterStatus(tuple(nodes), endpoint, health, tuple(problems))
+
+
+def _supervision_state(ev: Evidence | None) -> str:
+    if ev is None or not ev.reachable:
+        return UNREADABLE
+    if ev.pair is not None:
+        return ev.pair.state
+    return UNREADABLE if ev.supervisor_installed else NOT_SUPERVISED
+
+
+def _breaker_problems(nodes: Sequence[NodeState]) -> list[str]:
+    """The head's breaker, from its own report, else from a worker's copy of it."""
+    reports = [n.supervision for n in nodes if n.supervision is not None]
+    head = next((r for r in reports if r.role == "head"), None)
+    report = head or next((r for r in reports if r.breaker.state == "open"), None)
+    if report is None or report.breaker.state != "open":
+        return []
+    node = report.node if report.role == "head" else f"{report.peer} (as {report.node} heard)"
+    return [
+        f"{node}: the pair supervisor's breaker is open ({report.breaker.reason}): the pair "
+        "stays stopped until it is reset (`gx10 doctor` names the fix)"
+    ]
+
+
+# --- rendering -------------------------------------------------------------------------------
+
+
+def _when(at: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at)) if at is not None else "?"
+
+
+def _number(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _gid_cell(report: PairReport) -> str:
+    """``rail current (pinned p)`` per rail; a moved index is marked."""
+    cells = []
+    for g in report.gid:
+        current = "none" if g.current is None else str(g.current)
+        pinned = "-" if g.pinned is None else str(g.pinned)
+        mark = " MOVED" if g.moved else ""
+        cells.append(f"{g.netdev} {current} (pinned {pinned}){mark}")
+    if report.gid_error:
+        cells.append(f"resolver: {report.gid_error}")
+    return escape("\n".join(cells)) or "-"
+
+
+def _breaker_cell(report: PairReport) -> str:
+    breaker = report.breaker
+    if breaker.state == "open":
+        return f"[red]OPEN[/red] since {_when(breaker.at)}: {escape(breaker.reason or '?')}"
+    return breaker.state
+
+
+def print_status(console: Console, state: ClusterStatus) -> None:
+    """The ranks, then each node's supervision, the head's health, the problems, a verdict."""
+    ranks = Table(title="gx10 status", show_lines=False)
+    for column in ("node", "rank", "role", "container", "image"):
+        ranks.add_column(column, overflow="fold")
+    for node in state.nodes:
+        style = "green" if node.container == "running" else "red"
+        ranks.add_row(
+            node.node,
+            str(node.rank),
+            node.role,
+            f"[{style}]{escape(node.container)}[/{style}]",
+            escape(node.image or "-"),
+        )
+    console.print(ranks)
+    supervision = Table(title="pair supervision", show_lines=True)
+    for column in (
+        "node",
+        "state",
+        "generation",
+        "restarts in window",
+        "last restart",
+        "breaker",
+        "GID index (current, pinned at rank start)",
+    ):
+        supervision.add_column(column, overflow="fold")
+    for node in state.nodes:
+        report = node.supervision
+        if report is None:
+            supervision.add_row(node.node, escape(node.supervision_state), "-", "-", "-", "-", "-")
+            continue
+        last = report.last_restart
+        copied = " (head's)" if report.source == "head" else ""
+        supervision.add_row(
+            node.node,
+            escape(report.state),
+            _number(report.generation),
+            _number(report.restarts_in_window) + copied,
+            escape(f"{_when(last.at)} {last.reason}") if last else "-",
+            _breaker_cell(report) + copied,
+            _gid_cell(report),
+        )
+    console.print(supervision)
+    console.print(
+        f"endpoint {state.endpoint or '-'}  /health {state.head_health or 'no answer'}",
+        highlight=False,
+    )
+    for problem in state.problems:
+        console.print(f"problem: {problem}", highlight=False, markup=False)
+    console.print("[green]OK: the service is whole[/green]" if state.ok else "[red]NOT OK[/red]")

@@ -7,9 +7,14 @@ pair serving again (the smoke stage passes), within a bound.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from labtools import LAB_INVENTORY, node_sh
@@ -21,6 +26,10 @@ NODES = ("gx10-a", "gx10-b")
 AGENT = "/usr/local/lib/gx10/pair/gx10-pair"
 SUPERVISED = {"vllm_supervisor_enabled": True}
 RECOVERY = 120.0  # seconds a fault may take to be repaired on the lab (boots in ~10 s)
+REBOOT_RECOVERY = 240.0  # a node's own boot (systemd, its Docker engine) comes first
+LONE_BOUND = 30.0  # seconds one rank may run without the other (a start, a stop in progress)
+SHIFT = "/run/gx10-sim/rdma"  # the RDMA simulator's control dir (shift, reset)
+RAILS = {"enp1s0f0np0", "enP2p1s0f0np0"}
 
 
 def _provision(playbook: str, **extravars: object) -> ProvisionResult:
@@ -100,6 +109,43 @@ def test_each_rank_is_a_unit_of_its_nodes_agent(supervised: ProvisionResult) -> 
     assert head["role"] == "head"
     assert head["breaker"]["tripped"] is False  # type: ignore[index]
     _smoke()
+
+
+def _gx10(*args: str) -> tuple[int, dict[str, Any]]:
+    """`gx10 ARGS -i LAB --json` from the controller: exit code and document."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "gx10", *args, "-i", str(LAB_INVENTORY), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    document: dict[str, Any] = json.loads(proc.stdout)
+    return proc.returncode, document
+
+
+def test_status_shows_both_nodes_supervised_with_the_gids_they_pinned(
+    supervised: ProvisionResult,
+) -> None:
+    """`gx10 status --json` reads each node's agent: serving, breaker closed, and per rail the
+    GID index its rank started with is the node's current one; `gx10 doctor` finds nothing."""
+    _until("serving", _serving, 60)
+    rc, document = _gx10("status")
+    assert rc == 0, document
+    nodes = {n["node"]: n for n in document["nodes"]}
+    assert set(nodes) == set(NODES)
+    for name, node in nodes.items():
+        assert node["supervision_state"] == "serving", (name, node)
+        supervision = node["supervision"]
+        assert supervision["breaker"]["state"] == "closed", (name, supervision)
+        rails = {g["netdev"]: (g["pinned"], g["current"]) for g in supervision["gid"]}
+        assert set(rails) == RAILS, (name, rails)
+        assert all(p is not None and p == c for p, c in rails.values()), (name, rails)
+    assert nodes["gx10-a"]["supervision"]["source"] == "local"
+    assert nodes["gx10-b"]["supervision"]["source"] == "head"
+    rc, report = _gx10("doctor")
+    assert (rc, report["findings"]) == (0, []), report
 
 
 def test_reapply_changes_nothing_and_restarts_nothing(supervised: ProvisionResult) -> None:
@@ -220,3 +266,106 @@ def test_stop_keeps_the_pair_stopped_and_serve_starts_it_again(
     assert again.ok, again.failed_tasks
     _until("serving", _serving, 60)
     _smoke()
+
+
+# --------------------------------------------------------------------------------------------
+# Node-level faults: reboots, a power cut, a GID shift. Each starts with the breaker closed (the
+# earlier faults' restarts are in its window), checks that no rank ever ran alone for longer
+# than LONE_BOUND, and ends serving with the breaker closed.
+# --------------------------------------------------------------------------------------------
+
+
+class _LoneWatch(threading.Thread):
+    """Samples both nodes' rank containers about once a second; the longest stretch in which
+    exactly one of them ran. A node that is down (its exec fails) counts as no rank."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.done = threading.Event()
+        self.longest = 0.0
+        self.samples = 0
+
+    def run(self) -> None:
+        since: float | None = None
+        deadline = time.monotonic() + 900  # bounded, whatever the test does
+        while not self.done.is_set() and time.monotonic() < deadline:
+            running = [bool(_container(node)) for node in NODES]
+            now = time.monotonic()
+            self.samples += 1
+            if sum(running) == 1:
+                since = now if since is None else since
+                self.longest = max(self.longest, now - since)
+            else:
+                since = None
+            self.done.wait(1.0)
+
+
+@contextlib.contextmanager
+def _fault(name: str) -> Iterator[dict[str, dict[str, str]]]:
+    _until("serving", _serving, 60)
+    node_sh("gx10-a", f"python3 {AGENT} reset", check=False)  # a fresh breaker window
+    before = {node: _container(node) for node in NODES}
+    watch = _LoneWatch()
+    watch.start()
+    try:
+        yield before
+    finally:
+        watch.done.set()
+        watch.join(timeout=30)
+    assert watch.samples > 5, f"{name}: the lone-rank watch took {watch.samples} samples"
+    assert watch.longest <= LONE_BOUND, f"{name}: one rank ran alone for {watch.longest:.0f} s"
+    assert _status("gx10-a")["breaker"]["tripped"] is False  # type: ignore[index]
+    _smoke()
+
+
+def test_the_pair_comes_back_after_the_worker_node_reboots(supervised: ProvisionResult) -> None:
+    with _fault("worker reboot") as before:
+        lab.reboot("gx10-b", log=lambda line: None)
+        _until("restarted and serving", _restarted_both(before), REBOOT_RECOVERY)
+    # The head sees its worker go (no heartbeat, its rank gone), or first the rail its cable
+    # shared with the worker lose its GID with the carrier: either way an ordered restart.
+    reason = _last_reason()
+    assert any(cause in reason for cause in ("worker-lost", "worker-rank-inactive", "->None")), (
+        reason
+    )
+
+
+def test_the_pair_comes_back_after_the_head_node_reboots(supervised: ProvisionResult) -> None:
+    with _fault("head reboot") as before:
+        lab.reboot("gx10-a", log=lambda line: None)
+        _until("restarted and serving", _restarted_both(before), REBOOT_RECOVERY)
+        after = {node: _container(node) for node in NODES}
+        assert after["gx10-b"]["started"] < after["gx10-a"]["started"], after
+
+
+def test_the_pair_comes_back_after_a_power_cut_of_both(supervised: ProvisionResult) -> None:
+    with _fault("power cut") as before:
+        lab.power_cut(log=lambda line: None)
+        _until("restarted and serving", _restarted_both(before), REBOOT_RECOVERY)
+        after = {node: _container(node) for node in NODES}
+        assert after["gx10-b"]["started"] < after["gx10-a"]["started"], after
+
+
+def _worker_gids() -> list[dict[str, object]]:
+    gids: list[dict[str, object]] = _status("gx10-b").get("gid", [])  # type: ignore[assignment]
+    return gids
+
+
+def test_a_gid_shift_while_serving_restarts_the_pair_on_the_new_index(
+    supervised: ProvisionResult,
+) -> None:
+    """Both of the worker's rails move 3 -> 5 while serving (the field report: 3 to 4 within
+    30 minutes); the pair restarts, pinned to 5, then to 3 again when the table is put back."""
+    with _fault("gid shift") as before:
+        node_sh("gx10-b", f"mkdir -p {SHIFT} && echo 4 > {SHIFT}/shift")
+        try:
+            _until("restarted and serving", _restarted_both(before))
+            assert "gid-changed:" in _last_reason()
+            _until("pinned to 5", lambda: {g["pinned"] for g in _worker_gids()} == {5}, 30)
+            assert {g["current"] for g in _worker_gids()} == {5}
+            assert node_sh("gx10-b", "cat /run/gx10/pair/gid.env").strip() == "NCCL_IB_GID_INDEX=5"
+        finally:
+            node_sh("gx10-b", f"rm -f {SHIFT}/shift; touch {SHIFT}/reset")
+        _until("pinned to 3 again", lambda: {g["pinned"] for g in _worker_gids()} == {3})
+        _until("serving", _serving, 60)
+        assert "gid-changed:" in _last_reason()

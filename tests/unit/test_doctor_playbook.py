@@ -3,14 +3,19 @@
 Each node has its own sysfs tree: the GID tables from the lab's RDMA sysfs simulator (fed a
 recorded `ip -j addr show`), plus the rail netdevs' mtu/carrier and the PCIe link files of their
 functions. nvidia-smi is the lab's simulator, holding a 2000 MHz clock lock under load. There is no
-serving container (the name is one nobody uses). The evidence must come back parsed for both nodes,
-and an unreachable worker must not hide the head.
+serving container (the name is one nobody uses). The head has the pair supervisor's agent
+installed (its real files, a config and the GID index its last rank start pinned; the agent is not
+running), the worker has none. The evidence must come back parsed for both nodes, and an
+unreachable worker must not hide the head.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import stat
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +24,7 @@ import pytest
 import yaml
 from simulators import node_gid_tables, simulator_path
 
+from gx10._collection import load as module_utils
 from gx10.doctor import diagnose
 from gx10.doctor import rules as r
 from gx10.doctor.collect import collect
@@ -32,6 +38,9 @@ from ansible_collections.gx10.cluster.tests.unit.localhost_playbook import (  # 
 )
 
 NVIDIA_SMI = simulator_path("nvidia_smi")
+AGENT = ROOT / "roles" / "vllm_supervisor" / "files" / "gx10-pair"
+MODULE_UTILS = ROOT / "collections" / "ansible_collections" / "gx10" / "cluster" / "plugins"
+MODULE_UTILS = MODULE_UTILS / "module_utils"
 NODES = {"gx10-a": "10", "gx10-b": "11"}
 RAIL0, RAIL1 = "enp1s0f0np0", "enP2p1s0f0np0"
 # The worker's second twin trained at x2 (the early-BIOS fault).
@@ -78,6 +87,52 @@ def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def install_agent(home: Path, sysfs: Path) -> dict[str, str]:
+    """The head's agent as the vllm_supervisor role installs it, its config, and the record of a
+    rank start (`run-rank`, whose rank is `true`); the inventory variables that point there."""
+    lib = home / "pair-lib"
+    lib.mkdir()
+    shutil.copy(AGENT, lib / "gx10-pair")
+    for name in ("pair_config.py", "roce_gid.py"):
+        shutil.copy(MODULE_UTILS / name, lib / name)
+    pair_config = module_utils("pair_config")
+    config = pair_config.build_config(
+        node="gx10-a",
+        role="head",
+        listen_address="127.0.0.1",
+        peer_name="gx10-b",
+        peer_address="127.0.0.1",
+        token_file=str(home / "pair.token"),
+        rank={
+            "container": "gx10-vllm",
+            "health_urls": ["http://127.0.0.1:9/health"],
+            "model": "tiny",
+        },
+        gid={
+            "rails": [
+                {"netdev": RAIL0, "address": "192.168.100.10"},
+                {"netdev": RAIL1, "address": "192.168.101.10"},
+            ],
+            "sysfs_root": str(sysfs),
+            "env_file": str(home / "gid.env"),
+        },
+        state_dir=str(home / "pair-state"),
+    )
+    assert pair_config.validate_config(config) == []
+    (home / "pair.json").write_text(json.dumps(config))
+    (home / "rank.json").write_text(json.dumps({"schema": 1, "argv": ["true"]}))
+    env = {**os.environ, "GX10_PAIR_CONFIG": str(home / "pair.json")}
+    env["GX10_PAIR_RANK"] = str(home / "rank.json")
+    subprocess.run(
+        [sys.executable, str(lib / "gx10-pair"), "run-rank"], env=env, check=True, timeout=30
+    )
+    return {
+        "vllm_supervisor_lib_dir": str(lib),
+        "vllm_supervisor_config_path": str(home / "pair.json"),
+        "vllm_supervisor_python": sys.executable,
+    }
+
+
 def inventory(tmp_path: Path, **worker: Any) -> str:
     hosts: dict[str, Any] = {}
     for node in NODES:
@@ -88,6 +143,8 @@ def inventory(tmp_path: Path, **worker: Any) -> str:
             "nccl_env_sysfs_root": str(sysfs),
             "nccl_env_file": str(tmp_path / node / "nccl.env"),
         }
+    hosts["gx10-a"].update(install_agent(tmp_path / "gx10-a", tmp_path / "gx10-a" / "sys"))
+    hosts["gx10-b"]["vllm_supervisor_lib_dir"] = str(tmp_path / "gx10-b" / "no-agent-here")
     hosts["gx10-b"].update(worker)
     (tmp_path / "gx10-a" / "nccl.env").write_text(
         "# Managed by Ansible\nNCCL_IB_HCA=rocep1s0f0,roceP2p1s0f0\nNCCL_IB_GID_INDEX=3\n"
@@ -120,6 +177,12 @@ def test_evidence_of_both_nodes(lab: Path) -> None:
         assert abs(ev.sm_clock_cap_mhz - 2400) <= 13  # read off the loaded GPU, quantized
         assert ev.sm_clock_policy_mhz == 2000
         assert not ev.sm_clock_cap_recorded
+        # The serve stage's draft, from roles/vllm_serve's defaults (the inventory sets none).
+        assert ev.speculative == {
+            "method": "dspark",
+            "num_speculative_tokens": 5,
+            "draft_sample_method": "probabilistic",
+        }
         # No such container here; where docker does not answer, that is named instead.
         assert [(c.name, c.state) for c in ev.containers] == [
             ("gx10-doctor-test-no-such-container", "missing")
@@ -128,6 +191,19 @@ def test_evidence_of_both_nodes(lab: Path) -> None:
     assert worker.env is None
     assert any(p.startswith("no NCCL env file") for p in worker.problems)
     assert [(rail.netdev, rail.pcie_width) for rail in worker.rails] == [(RAIL0, 4), (RAIL1, 2)]
+    # The head's agent answered its status (installed, not running: the node is not supervised
+    # now); the worker has no agent, which is no problem.
+    assert head.supervisor_installed
+    assert head.pair is not None
+    assert (head.pair.node, head.pair.role, head.pair.state) == ("gx10-a", "head", "stopped")
+    assert [(g.netdev, g.pinned, g.current) for g in head.pair.gid] == [
+        (RAIL0, 3, 3),
+        (RAIL1, 3, 3),
+    ]
+    assert head.pair.agent == str(lab / "gx10-a" / "pair-lib" / "gx10-pair")
+    assert not head.supervised
+    assert not any(p.startswith("pair supervisor") for p in head.problems)
+    assert (worker.supervisor_installed, worker.pair) == (False, None)
 
     found = {(f.code, f.node) for f in diagnose(evidences, plan)}
     assert (r.PCIE_WIDTH_LOW, "gx10-b") in found

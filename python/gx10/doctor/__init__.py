@@ -1,8 +1,10 @@
 """`gx10 doctor`: read-only diagnosis of the known faults, each with its evidence and fix.
 
-`rules` holds the evidence model and the rules (pure Python); `render` shows the findings.
+`rules` holds the evidence model and the rules (pure Python); `pair` the pair supervisor's report
+(`gx10-pair status --json`) as evidence; `render` shows the findings.
 """
 
+from gx10.doctor.pair import PairReport
 from gx10.doctor.render import findings_json, print_findings
 from gx10.doctor.rules import (
     ContainerEvidence,
@@ -17,6 +19,7 @@ __all__ = [
     "ContainerEvidence",
     "Evidence",
     "Finding",
+    "PairReport",
     "RailEvidence",
     "diagnose",
     "findings_json",

@@ -1,9 +1,12 @@
 """Diagnose the known faults of a GB10 cluster from evidence gathered on its nodes.
 
 Pure Python: no Ansible. `Evidence` is what one node showed (rails, GID tables, the NCCL env file,
-containers, measured bandwidth, clock cap); `diagnose` turns a list of them plus the cluster plan
-(`gx10_plan`, from `gx10.cluster.validate_cluster`) into `Finding`s, each with the evidence and the
-fix. The faults and their remedies are the ones in FIELD_NOTES sections 2 to 4.
+containers, measured bandwidth, clock cap, the pair supervisor's report, the head engine's
+speculative-decoding counters); `diagnose` turns a list of them plus the cluster plan (`gx10_plan`,
+from `gx10.cluster.validate_cluster`) into `Finding`s, each with the evidence and the fix. The
+faults and their remedies are the ones in FIELD_NOTES sections 2 to 4, and the pair supervisor's
+(roles/vllm_supervisor/README.md); the draft acceptance of speculative decoding is judged against
+the model catalog's figure (section 1).
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from types import ModuleType
 from typing import Any, Literal, cast
 
 from gx10._collection import load as module_utils
+from gx10.doctor import engine_metrics
+from gx10.doctor.engine_metrics import SpecDecodeCounters
+from gx10.doctor.pair import PairReport
 
 Severity = Literal["error", "warning"]
 CLUSTER = "cluster"  # Finding.node of a finding about the cluster as a whole
@@ -30,6 +36,8 @@ GID_MISSING = "GID_MISSING"
 GID_INDEX_MISMATCH = "GID_INDEX_MISMATCH"
 GID_PINNED_LITERAL = "GID_PINNED_LITERAL"
 GID_RAILS_DISAGREE = "GID_RAILS_DISAGREE"
+GID_MOVED = "GID_MOVED"
+SUPERVISION_TRIPPED = "SUPERVISION_TRIPPED"
 BANDWIDTH_DEGRADED = "BANDWIDTH_DEGRADED"
 BANDWIDTH_LOW = "BANDWIDTH_LOW"
 PCIE_WIDTH_LOW = "PCIE_WIDTH_LOW"
@@ -41,6 +49,7 @@ HEAD_GONE = "HEAD_GONE"
 CLOCK_CAP_LEFT = "CLOCK_CAP_LEFT"
 EVIDENCE_INCOMPLETE = "EVIDENCE_INCOMPLETE"
 KNOWN_BAD_BUILD = "KNOWN_BAD_BUILD"
+SPEC_ACCEPTANCE_LOW = "SPEC_ACCEPTANCE_LOW"
 
 _RERUN_NCCL = (
     "rerun the NCCL stage (`gx10 provision -i INV -p nccl.yml`): it resolves each node's index "
@@ -130,6 +139,23 @@ class Evidence:
     endpoint: str | None = None  # the node's API base URL as the controller reaches it
     kernel_release: str | None = None  # uname -r
     known_faults: tuple[KnownFault, ...] = ()  # the known-bad builds it matched
+    # The pair supervisor (roles/vllm_supervisor): whether its agent is installed, and its
+    # `gx10-pair status` (None: not installed, or its status could not be read: see problems).
+    supervisor_installed: bool = False
+    pair: PairReport | None = None
+    # The --speculative-config the serve stage renders (vllm_serve_speculative_config, e.g.
+    # {method: dspark, num_speculative_tokens: 5}); None or empty: speculative decoding is off.
+    speculative: Mapping[str, Any] | None = None
+    # The head's speculative-decoding counters as its /metrics gave them to the controller
+    # (engine_metrics.scrape), and where; None: not read (the reason is in problems) or the
+    # server exports none.
+    spec_decode: SpecDecodeCounters | None = None
+    metrics_url: str | None = None
+
+    @property
+    def supervised(self) -> bool:
+        """The node's agent runs: it started the rank, with the GID index it pinned then."""
+        return self.pair is not None and self.pair.supervising
 
     def rail(self, netdev: str) -> RailEvidence | None:
         return next((rail for rail in self.rails if rail.netdev == netdev), None)
@@ -318,7 +344,12 @@ def rule_link_local(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterabl
 
 
 def rule_gid(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
-    """GID_MISSING, GID_RAILS_DISAGREE (pinned mode) and GID_INDEX_MISMATCH, per node."""
+    """GID_MISSING, GID_RAILS_DISAGREE (pinned mode) and GID_INDEX_MISMATCH, per node.
+
+    GID_INDEX_MISMATCH is nccl.env's pin against the table where that pin is for the next start:
+    on a node serving with it, the running ranks' index moved (GID_MOVED says so, with its fix),
+    and a supervised node's rank pins its own index at every start (nccl.env's is a default).
+    """
     for ev in _reachable(evs):
         resolved = _resolved(ev, plan)
         tables = "; ".join(
@@ -349,7 +380,7 @@ def rule_gid(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Findi
             )
         index = _pinned_index(ev)
         wrong = [(n, d, a, i) for n, d, a, i in resolved if i is not None and i != index]
-        if index is not None and wrong:
+        if index is not None and wrong and not ev.supervised and not _serving(ev):
             yield Finding(
                 GID_INDEX_MISMATCH,
                 "error",
@@ -362,7 +393,8 @@ def rule_gid(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Findi
 
 
 def rule_pinned_literal(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
-    nodes = [ev for ev in _reachable(evs) if _pinned_index(ev) is not None]
+    # A supervised node's rank runs with the index its agent resolved, not nccl.env's literal.
+    nodes = [ev for ev in _reachable(evs) if _pinned_index(ev) is not None and not ev.supervised]
     pins = {_pinned_index(ev) for ev in nodes}
     if len(nodes) < 2 or len(pins) != 1:
         return
@@ -381,6 +413,62 @@ def rule_pinned_literal(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Ite
             "do not set NCCL_IB_GID_INDEX by hand (nccl_env_extra, docker -e, a recipe's "
             f"default); {_RERUN_NCCL}",
         )
+
+
+def rule_gid_moved(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    """GID_MOVED: a rail's RoCE v2 GID index is not the one the running ranks started with.
+
+    The TP handshake of a rank that starts against a moved index hangs (a peer recipe saw 3 -> 4
+    within 30 minutes of serving). Supervised, the started-with index is the one the agent pinned
+    at this rank's start (its status), and the agent restarts the pair on its own; otherwise it is
+    nccl.env's, and nothing restarts the ranks until the nccl and serve stages run again.
+    """
+    for ev in _reachable(evs):
+        if ev.pair is not None and ev.supervised:
+            moved = ev.pair.moved
+            if not moved or not (ev.pair.rank_active or _serving(ev)):
+                continue
+            yield Finding(
+                GID_MOVED,
+                "warning",
+                ev.node,
+                "the RoCE v2 GID index moved under the running rank: "
+                + ", ".join(f"{g.netdev} {g.pinned} -> {_index_text(g.current)}" for g in moved),
+                f"pinned at this rank's start (generation {ev.pair.generation}): "
+                + ", ".join(f"{g.netdev} {g.pinned}" for g in ev.pair.gid)
+                + "; the node's table now: "
+                + ", ".join(f"{g.netdev} {_index_text(g.current)}" for g in ev.pair.gid)
+                + f"; agent {ev.pair.state}",
+                "nothing to do: the pair supervisor sees the move on its next two checks (every "
+                "heartbeat) and restarts the pair, worker first, each rank resolving its index "
+                "again (last restart `gid-changed:...` in `gx10 status`); if this finding stays, "
+                "read `journalctl -u gx10-pair` on the node",
+            )
+            continue
+        index = _pinned_index(ev)
+        if index is None or not _serving(ev):
+            continue  # auto mode (NCCL resolved its own at init), or no rank runs with it
+        moved_rails = [
+            (netdev, dev, i) for netdev, dev, _a, i in _resolved(ev, plan) if i not in (None, index)
+        ]
+        if moved_rails:
+            yield Finding(
+                GID_MOVED,
+                "error",
+                ev.node,
+                f"the RoCE v2 GID index moved under the running rank, started with "
+                f"NCCL_IB_GID_INDEX={index} from nccl.env: "
+                + ", ".join(f"{netdev} {index} -> {i}" for netdev, _dev, i in moved_rails),
+                "; ".join(_show_table(dev, ev.gid_tables[dev]) for _n, dev, _i in moved_rails),
+                "not supervised, so nothing restarts the ranks: rerun the NCCL stage (`gx10 "
+                "provision -i INV -p nccl.yml`, each node's index from its own table into "
+                "/etc/gx10/nccl.env), then the serve stage (`-p serve.yml`), which restarts both "
+                "ranks, worker first; vllm_supervisor_enabled: true does this by itself",
+            )
+
+
+def _index_text(index: int | None) -> str:
+    return "none" if index is None else str(index)
 
 
 def rule_bandwidth(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
@@ -534,6 +622,40 @@ def rule_peer_gone(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable
             )
 
 
+def rule_supervision_tripped(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    """SUPERVISION_TRIPPED: the head's breaker is open, so the pair stays stopped.
+
+    The breaker is the head's: its own report, or where it gave none, a worker's copy of it.
+    """
+    reports = [ev.pair for ev in _reachable(evs) if ev.pair is not None]
+    head = next((p for p in reports if p.role == "head"), None)
+    report = head or next((p for p in reports if p.breaker.state == "open"), None)
+    if report is None or report.breaker.state != "open":
+        return
+    node = report.node if report.role == "head" else (report.peer or str(plan.get("head", "")))
+    seen = "" if report.role == "head" else f" (as {report.node} last heard from its head)"
+    last = report.last_restart
+    agent = (head.agent if head else None) or report.agent or "gx10-pair"
+    yield Finding(
+        SUPERVISION_TRIPPED,
+        "error",
+        node,
+        "the pair supervisor's breaker is open: both ranks are stopped and nothing starts "
+        "them again, across reboots, until it is reset",
+        f"breaker: {report.breaker.reason or 'no reason recorded'}{seen}; "
+        f"{_count(report.restarts_in_window)} restart(s) in the window"
+        + (f"; last: {last.reason}" if last else ""),
+        "read why the starts failed (`journalctl -u gx10-pair -u gx10-vllm-rank` on both "
+        "nodes, the reason above), fix the config it names, then re-run the serve stage "
+        f"(`gx10 provision -i INV -p serve.yml`: it rewrites the config and resets the breaker), "
+        f"or, for a fix made on the nodes, run `{agent} reset` on the head",
+    )
+
+
+def _count(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
 def _container_states(ev: Evidence) -> str:
     if not ev.reachable:
         return f"{ev.node} unreachable"
@@ -616,6 +738,54 @@ def rule_known_bad_build(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> It
             )
 
 
+_SPEC_FIX = (
+    "the draft is not doing its work, so decode is slower than it should be, with no error: "
+    "check that the checkpoint's draft (MTP) weights are all there and load (the model stage "
+    "verifies every file against the manifest: `gx10 provision -i INV -p model.yml`; the head's "
+    "log names the speculative config and the draft it loaded), that "
+    "--speculative-config is the profile's (vllm_serve_speculative_config: {spec}), and that the "
+    "image is the profile's (vllm_image; an image without this draft method for this checkpoint "
+    "drafts badly); then restart the pair (`gx10 provision -i INV -t serve`)"
+)
+
+
+def rule_spec_acceptance(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    """A draft acceptance far below the catalog's figure for the configured draft (silent below
+    MIN_DRAFT_TOKENS proposed tokens, when not measured, or without a figure)."""
+    for ev in _reachable(evs):
+        counters = ev.spec_decode
+        expected = engine_metrics.expected_bands(ev.speculative)
+        if counters is None or expected is None:
+            continue
+        verdict = engine_metrics.judge(counters, expected)
+        rate = counters.acceptance
+        if verdict not in ("warning", "error") or rate is None:
+            continue
+        k = expected.num_speculative_tokens
+        per_step = counters.mean_acceptance_length or 1.0
+        positions = ", ".join(f"{p:.2f}" for p in counters.position_rates()) or "not exported"
+        served_k = counters.tokens_per_draft
+        k_note = (
+            f"; the server drafts {served_k:g} tokens per step, the inventory's config {k}"
+            if served_k is not None and abs(served_k - k) > 1e-6
+            else ""
+        )
+        config = ", ".join(f"{key} {value}" for key, value in (ev.speculative or {}).items())
+        yield Finding(
+            SPEC_ACCEPTANCE_LOW,
+            verdict,
+            ev.node,
+            f"speculative decoding accepts {rate:.1%} of its draft tokens, expected "
+            f"{expected.low:.0%}-{expected.high:.0%}: a decode step yields {per_step:.2f} tokens "
+            f"instead of {1 + k * expected.low:.2f}-{1 + k * expected.high:.2f}",
+            f"{engine_metrics.ACCEPTED} {counters.accepted_tokens:.0f} / "
+            f"{engine_metrics.DRAFT_TOKENS} {counters.draft_tokens:.0f} = {rate:.3f} over "
+            f"{engine_metrics.DRAFTS} {counters.drafts:.0f}{k_note}; accepted per position "
+            f"{positions} (from {ev.metrics_url or 'the head'}); {expected.describe()}",
+            _SPEC_FIX.format(spec=config or "unset"),
+        )
+
+
 RULES: tuple[Rule, ...] = (
     rule_unreachable,
     rule_rail_missing,
@@ -624,12 +794,15 @@ RULES: tuple[Rule, ...] = (
     rule_link_local,
     rule_gid,
     rule_pinned_literal,
+    rule_gid_moved,
     rule_bandwidth,
     rule_pcie_width,
     rule_mtu,
     rule_containers,
     rule_peer_gone,
+    rule_supervision_tripped,
     rule_clock_cap,
     rule_known_bad_build,
+    rule_spec_acceptance,
     rule_evidence_incomplete,
 )

@@ -88,7 +88,7 @@ TIMINGS: dict[str, Timing] = {
         600, 10, 7200, "s", "the worker's log must show it joined within this after its start"
     ),
     "head_ready_timeout": Timing(
-        1800, 30, 14400, "s", "the head's health URLs must answer within this after its start"
+        7200, 30, 14400, "s", "the head's health URLs must answer within this after its start"
     ),
     "lone_worker_timeout": Timing(
         120, 10, 3600, "s", "a ready worker whose head rank is not running for this long stops"
@@ -101,7 +101,7 @@ TIMINGS: dict[str, Timing] = {
     "breaker_max_restarts": Timing(
         5, 1, 100, "count", "more restarts than this within breaker_window trip the breaker"
     ),
-    "breaker_window": Timing(3600, 60, 86400, "s", "the window the breaker counts restarts in"),
+    "breaker_window": Timing(21600, 60, 86400, "s", "the window the breaker counts restarts in"),
     "request_timeout": Timing(5, 1, 60, "s", "one agent-to-agent HTTP request"),
 }
 

@@ -25,6 +25,8 @@ description:
     is set is read, never its value), and C(gx10_gateway_tls_cert) with C(gx10_gateway_tls_key)
     given together as absolute paths of files on the controller that hold a PEM certificate and
     its unencrypted private key, valid now. C(gx10_serve_port) is checked in any case.
+  - Checks the head's smoke-stage battery switches too, C(gx10_smoke_battery) (a bool) and
+    C(gx10_smoke_battery_cases) (a list of the battery's case names).
   - On success returns the cluster plan (ranks, rail addresses, peers, C(master_addr), the
     checkpoint directory C(model_dir), C(supervised), the API C(gateway)), the same value as
     the P(gx10.cluster.rail_plan#filter) filter.
