@@ -11,7 +11,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR ?= 0
 PYTHON ?= python3
 
-.PHONY: help venv host-deps browser-deps lab lab-up lab-down lab-status test lint docs unit molecule e2e clean
+.PHONY: help venv host-deps browser-deps proxy-deps lab lab-up lab-down lab-status test lint docs unit molecule e2e clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -39,6 +39,12 @@ browser-deps: ## Install the headless browser the report tests use (chromium, ch
 	  if [ -n "$$missing" ]; then \
 	    if [ "$$(id -u)" != 0 ]; then echo "make: install$$missing (as root: apt-get install$$missing)"; exit 1; fi; \
 	    echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  fi
+
+proxy-deps: ## Install the reverse proxy the gateway tests run (haproxy) if missing
+	@if ! command -v haproxy >/dev/null; then \
+	    if [ "$$(id -u)" != 0 ]; then echo "make: install haproxy (as root: apt-get install haproxy)"; exit 1; fi; \
+	    echo "installing haproxy"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; \
 	  fi
 
 LAB_BENCH := $(CURDIR)/.lab/bench
@@ -84,7 +90,7 @@ lint: venv ## yamllint, ansible-lint (production), ruff, mypy, role READMEs agai
 docs: venv ## Regenerate each role README's variable table from meta/argument_specs.yml
 	python -m gx10._dev.role_docs
 
-unit: venv browser-deps ## Unit tests (plugins and Python; the report's in a headless browser)
+unit: venv browser-deps proxy-deps ## Unit tests (plugins, Python; the report in a browser, the gateway behind haproxy)
 	pytest -q
 
 # One lab for every scenario (each leaves the nodes as its role converged them; none needs a

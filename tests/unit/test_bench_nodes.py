@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def inventory(tmp_path: Path, text: str, group_vars: str | None = None) -> Path:
     path = tmp_path / "inv" / "hosts.yml"
-    path.parent.mkdir()
+    path.parent.mkdir(parents=True)
     path.write_text(textwrap.dedent(text))
     if group_vars is not None:
         (path.parent / "group_vars").mkdir()
@@ -204,3 +204,41 @@ def test_extra_head_variables_with_role_defaults_beneath(tmp_path: Path) -> None
     # Without the role's defaults only what the inventory sets is there.
     bare = load_cluster([path], extra=names)
     assert dict(bare.settings) == {"vllm_serve_profile": "long_context"}
+
+
+def test_the_endpoint_is_https_behind_a_gateway_with_tls(tmp_path: Path) -> None:
+    plain_path = inventory(
+        tmp_path / "plain",
+        """
+        all:
+          children:
+            head:
+              hosts:
+                spark-1: {gx10_gateway_enabled: true, gx10_serve_port: 8443}
+        """,
+    )
+    assert load_cluster([plain_path]).endpoint == "http://spark-1:8443"
+    tls_path = inventory(
+        tmp_path / "tls",
+        """
+        all:
+          children:
+            head:
+              hosts:
+                spark-1:
+                  gx10_gateway_enabled: "{{ true }}"
+                  gx10_gateway_tls_cert: /etc/gx10/gateway.crt
+        """,
+    )
+    assert load_cluster([tls_path]).endpoint == "https://spark-1:8000"
+    off_path = inventory(
+        tmp_path / "off",
+        """
+        all:
+          children:
+            head:
+              hosts:
+                spark-1: {gx10_gateway_enabled: false, gx10_gateway_tls_cert: /etc/gx10/gw.crt}
+        """,
+    )
+    assert load_cluster([off_path]).endpoint == "http://spark-1:8000"

@@ -13,10 +13,12 @@ A node's command transport follows its connection variables:
   (the node's gx10-gpu-clock tool); telemetry (nvidia-smi) runs unprivileged.
 
 The endpoint is computed as playbooks/smoke.yml does: `gx10_api_host | ansible_host | name`, port
-`gx10_serve_port` (8000); the model `vllm_serve_served_model_name` (deepseek-v4-flash); the API
-key `vllm_serve_api_key` (kept out of every repr, log line and results file). Other commands
-(`gx10 clients`) ask for more of the head's variables (`extra`), with the named roles'
-`defaults/main.yml` beneath the inventory's values, as Ansible ranks role defaults.
+`gx10_serve_port` (8000), https behind an API gateway with TLS (`gx10_gateway_enabled`,
+`gx10_gateway_tls_cert`; the inventory's key is one the gateway accepts); the model
+`vllm_serve_served_model_name` (deepseek-v4-flash); the API key `vllm_serve_api_key` (kept out
+of every repr, log line and results file). Other commands (`gx10 clients`) ask for more of the
+head's variables (`extra`), with the named roles' `defaults/main.yml` beneath the inventory's
+values, as Ansible ranks role defaults.
 """
 
 from __future__ import annotations
@@ -196,7 +198,13 @@ _NODE_VARS = (
     "gpu_clock_tool",
     "gx10_nvidia_smi",
 )
-_HEAD_VARS = ("gx10_api_host", "gx10_serve_port", "vllm_serve_served_model_name")
+_HEAD_VARS = (
+    "gx10_api_host",
+    "gx10_serve_port",
+    "vllm_serve_served_model_name",
+    "gx10_gateway_enabled",
+    "gx10_gateway_tls_cert",
+)
 
 
 def resolve_sources(inventories: Sequence[str | Path]) -> list[str]:
@@ -310,11 +318,18 @@ def load_cluster(
     return Cluster(
         sources=tuple(sources),
         nodes=tuple(nodes),
-        endpoint=f"http://{api_host}:{port}",
+        endpoint=f"{endpoint_scheme(head_vars)}://{api_host}:{port}",
         model=str(model),
         api_key=api_key,
         settings=settings,
     )
+
+
+def endpoint_scheme(head_vars: Mapping[str, Any]) -> str:
+    """https behind an API gateway with TLS (roles/api_gateway), as the plan's gateway says."""
+    gateway = head_vars.get("gx10_gateway_enabled")
+    tls = str(head_vars.get("gx10_gateway_tls_cert") or "").strip()
+    return "https" if gateway is not None and _truthy(gateway) and tls else "http"
 
 
 def spawn_piped(argv: Sequence[str]) -> subprocess.Popen[str]:

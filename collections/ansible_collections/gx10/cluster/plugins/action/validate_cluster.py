@@ -13,6 +13,7 @@ from ansible_collections.gx10.cluster.plugins.module_utils.cluster_plan import (
     select_node_vars,
     validate_cluster,
 )
+from ansible_collections.gx10.cluster.plugins.module_utils.gateway_tls import check_pair
 
 
 class ActionModule(ActionBase):
@@ -47,6 +48,13 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg=format_errors(errors), errors=errors)
             return result
         plan = build_plan(groups, node_vars)
+        gateway = plan["gateway"]
+        if gateway["tls"]:
+            # The files' content, still on the controller and before any node changes.
+            errors = check_pair(gateway["tls_cert"], gateway["tls_key"])
+            if errors:
+                result.update(failed=True, msg=format_errors(errors), errors=errors)
+                return result
         result.update(
             plan=plan,
             msg=(

@@ -12,6 +12,7 @@ that is absent or ``None`` takes its default, as with an Ansible argument spec.
 from __future__ import annotations
 
 import ipaddress
+import os
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -75,6 +76,31 @@ CLOCK_VARS = ("gpu_clock_sm_mhz", "gpu_clock_min_mhz")
 FAULTS_IGNORE_VAR = "preflight_known_faults_ignore"
 # Per node: rail netdev -> RDMA device, where sysfs does not map it (the plan's rails carry it).
 RDMA_DEVICES_VAR = "gx10_rdma_devices"
+# The API gateway (the api_gateway role): a reverse proxy on the head that checks per-user keys in
+# front of the engine, which then listens on loopback only. Read from the head's variables; the
+# plan carries it as `gateway`, which the serve stage, the smoke stage and `gx10 keys` follow.
+GATEWAY_VAR = "gx10_gateway_enabled"
+GATEWAY_ADDRESS_VAR = "gx10_gateway_address"
+SERVE_PORT_VAR = "gx10_serve_port"
+ENGINE_PORT_VAR = "gx10_gateway_engine_port"
+TLS_CERT_VAR = "gx10_gateway_tls_cert"
+TLS_KEY_VAR = "gx10_gateway_tls_key"
+# Read only as set or not (select_node_vars never copies its value): the pipeline's own checks
+# reach the engine through the gateway with it.
+SERVICE_KEY_VAR = "vllm_serve_api_key"
+DEFAULT_GATEWAY_ADDRESS = "0.0.0.0"
+DEFAULT_SERVE_PORT = 8000
+DEFAULT_ENGINE_PORT = 8001
+ENGINE_LOOPBACK = "127.0.0.1"
+GATEWAY_VARS = (
+    GATEWAY_VAR,
+    GATEWAY_ADDRESS_VAR,
+    SERVE_PORT_VAR,
+    ENGINE_PORT_VAR,
+    TLS_CERT_VAR,
+    TLS_KEY_VAR,
+    SERVICE_KEY_VAR,
+)
 # The smoke stage's tool-call battery (`gx10 smoke --battery`), read from the head: whether it
 # runs, and which of its cases (unset or []: all). The names are gx10.battery.CASES (a unit test
 # keeps the two lists equal; the collection imports nothing from gx10).
@@ -99,6 +125,7 @@ NODE_VARS = (
     FAULTS_IGNORE_VAR,
     *(pair_config.variable(key) for key in pair_config.TIMINGS),
     *memory_guard.variables(),
+    *GATEWAY_VARS,
     SMOKE_BATTERY_VAR,
     SMOKE_BATTERY_CASES_VAR,
 )
@@ -162,6 +189,8 @@ def select_node_vars(
             for name in NODE_VARS:
                 if name in host_vars:
                     values[name] = host_vars[name]
+        if SERVICE_KEY_VAR in values:  # a secret: only whether it is set leaves here
+            values[SERVICE_KEY_VAR] = _is_set(values[SERVICE_KEY_VAR])
         selected[host] = values
     return selected
 
@@ -237,6 +266,7 @@ def build_plan(
         "master_addr": rails[0]["addresses"][head],
         "model_dir": analysis.model_dir,
         "supervised": analysis.supervised,
+        "gateway": dict(analysis.gateway),
     }
 
 
@@ -277,6 +307,7 @@ class _Analysis:
     rails: list[_Rail] = field(default_factory=list)
     # host -> rail netdev -> RDMA device (gx10_rdma_devices)
     rdma_devices: dict[str, dict[str, str]] = field(default_factory=dict)
+    gateway: dict[str, Any] = field(default_factory=dict)
 
 
 def _analyse(
@@ -307,6 +338,8 @@ def _analyse(
             _check_supervisor_timings(host, node_vars[host], errors)
         _check_memory_guard(host, node_vars[host], errors)
         result.rdma_devices[host] = _check_rdma_devices(host, node_vars[host], result.rails, errors)
+    head_vars = node_vars[result.nodes[0]] if result.nodes else {}
+    result.gateway = _check_gateway(head_vars, errors)
     if result.nodes:
         _check_smoke_battery(result.nodes[0], node_vars[result.nodes[0]], errors)
     return result
@@ -721,6 +754,150 @@ def _check_supervised(value: Any, nodes: int, errors: list[str]) -> bool:
             f"runs two (a head and one worker); set {SUPERVISED_VAR}: false for {nodes} nodes"
         )
     return bool(value)
+
+
+def _check_gateway(head_vars: Mapping[str, Any], errors: list[str]) -> dict[str, Any]:
+    """The head's gateway settings (the plan's `gateway`): checked only when it is enabled,
+    except the API port, which the engine takes when it is not."""
+    port = _check_port(
+        SERVE_PORT_VAR, _value(head_vars, SERVE_PORT_VAR), DEFAULT_SERVE_PORT, errors
+    )
+    disabled = {
+        "enabled": False,
+        "address": DEFAULT_GATEWAY_ADDRESS,
+        "port": port,
+        "engine_host": DEFAULT_GATEWAY_ADDRESS,
+        "engine_port": port,
+        "tls": False,
+        "tls_cert": "",
+        "tls_key": "",
+        "scheme": "http",
+    }
+    enabled = _value(head_vars, GATEWAY_VAR)
+    if enabled is _MISSING or enabled is False:
+        return disabled
+    if not isinstance(enabled, bool):
+        errors.append(
+            f"{GATEWAY_VAR} is {_show(enabled)} ({_type_name(enabled)}): it must be true or "
+            f"false, e.g. {GATEWAY_VAR}: true"
+        )
+        return disabled
+    address = _check_bind_address(_value(head_vars, GATEWAY_ADDRESS_VAR), errors)
+    engine_port = _check_port(
+        ENGINE_PORT_VAR, _value(head_vars, ENGINE_PORT_VAR), DEFAULT_ENGINE_PORT, errors
+    )
+    if engine_port == port:
+        errors.append(
+            f"{ENGINE_PORT_VAR} is {engine_port}, the same as {SERVE_PORT_VAR}: the gateway "
+            f"takes {SERVE_PORT_VAR} (the port clients use) and the engine listens on "
+            f"{ENGINE_LOOPBACK}:{ENGINE_PORT_VAR} behind it; give them different ports, e.g. "
+            f"{ENGINE_PORT_VAR}: {port + 1 if port < PORT_MAX else port - 1}"
+        )
+    cert, key = _check_tls_files(head_vars, errors)
+    if not _is_set(head_vars.get(SERVICE_KEY_VAR)):
+        errors.append(
+            f"{GATEWAY_VAR} is true but {SERVICE_KEY_VAR} is not set: with the gateway the engine "
+            "listens on loopback, and the pipeline's own checks (the smoke stage, gx10 smoke, "
+            "gx10 bench) reach it through the gateway with this key (the access log names it "
+            f"'service'); set {SERVICE_KEY_VAR} in the inventory (from a vault), e.g. to the "
+            "output of `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+        )
+    return {
+        "enabled": True,
+        "address": address,
+        "port": port,
+        "engine_host": ENGINE_LOOPBACK,
+        "engine_port": engine_port,
+        "tls": bool(cert),
+        "tls_cert": cert,
+        "tls_key": key,
+        "scheme": "https" if cert else "http",
+    }
+
+
+PORT_MAX = 65535
+
+
+def _check_port(name: str, value: Any, default: int, errors: list[str]) -> int:
+    """A TCP port: an integer (or a string of digits) in 1..65535."""
+    if value is _MISSING:
+        return default
+    text = str(value).strip() if isinstance(value, str) else None
+    number = value if _is_int(value) else int(text) if text and text.isdigit() else None
+    if number is None or not 1 <= number <= PORT_MAX:
+        errors.append(
+            f"{name} is {_show(value)}: it must be a TCP port, an integer between 1 and "
+            f"{PORT_MAX}, e.g. {name}: {default}"
+        )
+        return default
+    return int(number)
+
+
+def _check_bind_address(value: Any, errors: list[str]) -> str:
+    """The address the gateway listens on: one IP address of the head, or 0.0.0.0 (all)."""
+    if value is _MISSING:
+        return DEFAULT_GATEWAY_ADDRESS
+    try:
+        return str(ipaddress.ip_address(str(value).strip()))
+    except ValueError:
+        errors.append(
+            f"{GATEWAY_ADDRESS_VAR} is {_show(value)}, not an IP address: give one address of "
+            "the head that clients reach (e.g. its management address, 10.0.0.10), or "
+            f"{DEFAULT_GATEWAY_ADDRESS} for every address of the head"
+        )
+        return DEFAULT_GATEWAY_ADDRESS
+
+
+def _check_tls_files(head_vars: Mapping[str, Any], errors: list[str]) -> tuple[str, str]:
+    """(certificate, key) paths on the controller, both or neither; ("", "") without TLS.
+
+    Here: given together, absolute, existing files. Their content (PEM, the key is the
+    certificate's, valid now) is gateway_tls.check_pair's, which the validate_cluster action
+    plugin runs next, still before any node changes.
+    """
+    given = {
+        name: _value(head_vars, name)
+        for name in (TLS_CERT_VAR, TLS_KEY_VAR)
+        if _value(head_vars, name) not in (_MISSING, "")
+    }
+    if not given:
+        return "", ""
+    example = (
+        f'{TLS_CERT_VAR}: "{{{{ inventory_dir }}}}/files/gateway.crt", '
+        f'{TLS_KEY_VAR}: "{{{{ inventory_dir }}}}/files/gateway.key"'
+    )
+    if len(given) == 1:
+        name = next(iter(given))
+        missing = TLS_KEY_VAR if name == TLS_CERT_VAR else TLS_CERT_VAR
+        errors.append(
+            f"{name} is set but {missing} is not: TLS needs the certificate and its private "
+            f"key, e.g. {example}; or set neither for plain HTTP"
+        )
+        return "", ""
+    paths: list[str] = []
+    for name, value in given.items():
+        if not isinstance(value, str) or not posixpath.isabs(value):
+            errors.append(
+                f"{name} is {_show(value)}: give the absolute path of a PEM file on the "
+                f"controller, e.g. {example}"
+            )
+        elif not os.path.isfile(value):
+            errors.append(
+                f"{name} is {_show(value)}, which is not a file on the controller: give the "
+                f"path of the PEM file you supply, e.g. {example}"
+            )
+        else:
+            paths.append(value)
+    if len(paths) != 2:
+        return "", ""
+    return paths[0], paths[1]
+
+
+def _is_set(value: Any) -> bool:
+    """A secret's presence, without ever looking at more than whether it is empty."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    return bool(str(value).strip())
 
 
 def _check_overlay(value: Any, model_dir: str, errors: list[str]) -> None:

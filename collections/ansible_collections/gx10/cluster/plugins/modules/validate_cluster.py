@@ -19,11 +19,17 @@ description:
     every node address inside its subnet and unique, C(gx10_rail_mtu) in 1280..9216, that no
     rail uses a node's C(gx10_mgmt_interface), and C(gx10_model_dir) (an absolute, normalised
     path other than C(/), without C(:)).
+  - Checks the API gateway on the head when C(gx10_gateway_enabled) is true (the api_gateway
+    role); C(gx10_gateway_address) an IP address, C(gx10_serve_port) and
+    C(gx10_gateway_engine_port) TCP ports that differ, C(vllm_serve_api_key) set (only whether it
+    is set is read, never its value), and C(gx10_gateway_tls_cert) with C(gx10_gateway_tls_key)
+    given together as absolute paths of files on the controller that hold a PEM certificate and
+    its unencrypted private key, valid now. C(gx10_serve_port) is checked in any case.
   - Checks the head's smoke-stage battery switches too, C(gx10_smoke_battery) (a bool) and
     C(gx10_smoke_battery_cases) (a list of the battery's case names).
   - On success returns the cluster plan (ranks, rail addresses, peers, C(master_addr), the
-    checkpoint directory C(model_dir)), the same value as the P(gx10.cluster.rail_plan#filter)
-    filter.
+    checkpoint directory C(model_dir), C(supervised), the API C(gateway)), the same value as
+    the P(gx10.cluster.rail_plan#filter) filter.
   - Defaults when a variable is undefined or null. C(gx10_rails) is rail0 C(enp1s0f0np0)
     C(192.168.100.0/24) and rail1 C(enP2p1s0f0np0) C(192.168.101.0/24); C(gx10_rail_mtu) is
     C(9000); C(gx10_node_id) is 10 for the head and 11, 12, ... for the workers in inventory order;
@@ -158,4 +164,25 @@ plan:
           model_sync and vllm_serve roles default to it.
       type: str
       sample: /srv/models/DeepSeek-V4-Flash-0731
+    supervised:
+      description: Whether the pair supervises itself (C(vllm_supervisor_enabled)).
+      type: bool
+      sample: false
+    gateway:
+      description:
+        - The API gateway on the head, C({enabled, address, port, engine_host, engine_port, tls,
+          tls_cert, tls_key, scheme}). C(port) is the API port clients use (C(gx10_serve_port));
+          the engine listens on C(engine_host):C(engine_port), which is 127.0.0.1 and
+          C(gx10_gateway_engine_port) with the gateway, else 0.0.0.0 and C(port).
+      type: dict
+      sample:
+        enabled: true
+        address: 0.0.0.0
+        port: 8000
+        engine_host: 127.0.0.1
+        engine_port: 8001
+        tls: false
+        tls_cert: ""
+        tls_key: ""
+        scheme: http
 """

@@ -156,6 +156,17 @@ def test_default_plan_for_two_nodes() -> None:
         "master_addr": "192.168.100.10",
         "model_dir": "/srv/models/DeepSeek-V4-Flash-0731",
         "supervised": False,
+        "gateway": {
+            "enabled": False,
+            "address": "0.0.0.0",
+            "port": 8000,
+            "engine_host": "0.0.0.0",
+            "engine_port": 8000,
+            "tls": False,
+            "tls_cert": "",
+            "tls_key": "",
+            "scheme": "http",
+        },
     }
 
 
@@ -873,6 +884,124 @@ def test_supervisor_timings_are_checked_with_the_agents_table_when_supervised() 
     assert_mentions(
         error, "vllm_supervisor_heartbeat_timeout is 6", "at least 3 x", "(host gx10-a)"
     )
+
+
+# --- the API gateway ----------------------------------------------------------------------------
+
+GATEWAY = {"gx10_gateway_enabled": True, "vllm_serve_api_key": "service-key-value"}
+
+
+def gateway_of(**head: Any) -> dict[str, Any]:
+    plan = build_plan(TWO, {"gx10-a": head, "gx10-b": {}})
+    gateway: dict[str, Any] = plan["gateway"]
+    return gateway
+
+
+def test_the_gateway_is_off_by_default_and_the_engine_takes_the_api_port() -> None:
+    gateway = gateway_of(gx10_serve_port=9000)
+    assert gateway["enabled"] is False
+    assert (gateway["engine_host"], gateway["engine_port"]) == ("0.0.0.0", 9000)
+    assert gateway["scheme"] == "http"
+
+
+def test_with_the_gateway_the_engine_moves_to_loopback_behind_it() -> None:
+    gateway = gateway_of(**GATEWAY, gx10_gateway_address="10.0.0.10", gx10_serve_port="8443")
+    assert gateway == {
+        "enabled": True,
+        "address": "10.0.0.10",
+        "port": 8443,
+        "engine_host": "127.0.0.1",
+        "engine_port": 8001,
+        "tls": False,
+        "tls_cert": "",
+        "tls_key": "",
+        "scheme": "http",
+    }
+
+
+def test_tls_files_make_the_scheme_https(tmp_path: Any) -> None:
+    cert, key = tmp_path / "gw.crt", tmp_path / "gw.key"
+    cert.write_text("pem")
+    key.write_text("pem")
+    gateway = gateway_of(**GATEWAY, gx10_gateway_tls_cert=str(cert), gx10_gateway_tls_key=str(key))
+    assert (gateway["tls"], gateway["scheme"]) == (True, "https")
+    assert (gateway["tls_cert"], gateway["tls_key"]) == (str(cert), str(key))
+
+
+def head_error(**head: Any) -> str:
+    return one_error(per_host={"gx10-a": head})
+
+
+@pytest.mark.parametrize(
+    ("variables", "fragments"),
+    [
+        ({"gx10_gateway_enabled": "yes"}, ["gx10_gateway_enabled is 'yes' (str)", "true or false"]),
+        (
+            {**GATEWAY, "gx10_gateway_address": "head.example"},
+            ["gx10_gateway_address is 'head.example', not an IP address", "0.0.0.0"],
+        ),
+        ({"gx10_serve_port": 70000}, ["gx10_serve_port is 70000", "between 1 and 65535"]),
+        ({"gx10_serve_port": True}, ["gx10_serve_port is True", "e.g. gx10_serve_port: 8000"]),
+        (
+            {**GATEWAY, "gx10_gateway_engine_port": "http"},
+            ["gx10_gateway_engine_port is 'http'", "gx10_gateway_engine_port: 8001"],
+        ),
+        (
+            {**GATEWAY, "gx10_gateway_engine_port": 8000},
+            ["gx10_gateway_engine_port is 8000, the same as gx10_serve_port", "8001"],
+        ),
+        (
+            {"gx10_gateway_enabled": True},
+            ["vllm_serve_api_key is not set", "the smoke stage", "'service'"],
+        ),
+        (
+            {**GATEWAY, "gx10_gateway_tls_cert": "/etc/ssl/gw.crt"},
+            ["gx10_gateway_tls_cert is set but gx10_gateway_tls_key is not", "set neither"],
+        ),
+        (
+            {**GATEWAY, "gx10_gateway_tls_key": "/etc/ssl/gw.key"},
+            ["gx10_gateway_tls_key is set but gx10_gateway_tls_cert is not"],
+        ),
+    ],
+)
+def test_gateway_settings_rejected_with_the_fix(
+    variables: dict[str, Any], fragments: list[str]
+) -> None:
+    assert_mentions(head_error(**variables), *fragments)
+
+
+def test_tls_paths_must_be_absolute_existing_files(tmp_path: Any) -> None:
+    key = tmp_path / "gw.key"
+    key.write_text("pem")
+    errors = errors_of(
+        per_host={
+            "gx10-a": {
+                **GATEWAY,
+                "gx10_gateway_tls_cert": "files/gw.crt",
+                "gx10_gateway_tls_key": str(tmp_path / "missing.key"),
+            }
+        }
+    )
+    assert len(errors) == 2, errors
+    assert_mentions(errors[0], "gx10_gateway_tls_cert is 'files/gw.crt'", "absolute path")
+    assert_mentions(errors[1], "missing.key", "not a file on the controller")
+
+
+def test_gateway_settings_are_not_read_while_it_is_off() -> None:
+    assert errors_of(per_host={"gx10-a": {"gx10_gateway_address": "nonsense"}}) == []
+
+
+def test_the_gateway_is_the_heads_a_workers_value_is_not_read() -> None:
+    assert errors_of(per_host={"gx10-b": {"gx10_gateway_enabled": "nonsense"}}) == []
+    assert gateway_of()["enabled"] is False
+
+
+def test_the_service_key_never_leaves_select_node_vars() -> None:
+    hostvars = {"gx10-a": {"vllm_serve_api_key": "s3cret", "gx10_gateway_enabled": True}}
+    selected = select_node_vars(TWO, hostvars)
+    assert selected["gx10-a"]["vllm_serve_api_key"] is True
+    assert "s3cret" not in json.dumps(selected)
+    assert "s3cret" not in json.dumps(build_plan(TWO, selected))
 
 
 def test_the_smoke_battery_switches_are_read_from_the_head() -> None:

@@ -131,6 +131,7 @@ def test_ansible_doc_renders_module_and_filter_docs() -> None:
     doc = str(ANSIBLE_PLAYBOOK.with_name("ansible-doc"))
     for args, expected in (
         (["gx10.cluster.validate_cluster"], "master_addr"),
+        (["gx10.cluster.gateway_keys"], "runtime API"),
         (["-t", "filter", "gx10.cluster.rail_plan"], "POSITIONAL: groups"),
     ):
         result = subprocess.run(
@@ -139,3 +140,52 @@ def test_ansible_doc_renders_module_and_filter_docs() -> None:
         assert result.returncode == 0, result.stderr
         assert "ERROR" not in result.stderr, result.stderr
         assert expected in result.stdout
+
+
+def test_a_tls_key_of_another_certificate_is_refused_by_the_action(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta  # noqa: PLC0415
+
+    from cryptography import x509  # noqa: PLC0415
+    from cryptography.hazmat.primitives import hashes, serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+    from cryptography.x509.oid import NameOID  # noqa: PLC0415
+
+    signer, other = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gx10-a")])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(signer.public_key())
+        .serial_number(1)
+        .not_valid_before(now - timedelta(days=1))
+        .not_valid_after(now + timedelta(days=30))
+        .sign(signer, hashes.SHA256())
+    )
+    (tmp_path / "gw.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "gw.key").write_bytes(
+        other.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    data = inventory(
+        {
+            "gx10-a": {
+                "gx10_gateway_enabled": True,
+                "vllm_serve_api_key": "a-service-key",
+                "gx10_gateway_tls_cert": str(tmp_path / "gw.crt"),
+                "gx10_gateway_tls_key": str(tmp_path / "gw.key"),
+            }
+        }
+    )
+    result = run_playbook(tmp_path, data)
+    output = result.stdout + result.stderr
+
+    assert result.returncode == 2, output
+    assert "Inventory validation failed (1 problem):" in output
+    assert "is not the private key of the certificate" in output
+    assert "a-service-key" not in output
+    assert "SECOND_PLAY_RAN" not in output

@@ -1,0 +1,286 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The gateway's key map (module_utils/gateway_keys.py) and the gateway_keys module, run by a real
+ansible-playbook on localhost. The runtime API against a running HAProxy is in the repository's
+tests/unit/test_api_gateway.py."""
+
+from __future__ import annotations
+
+import grp
+import hashlib
+import json
+import os
+import pwd
+import re
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ansible_collections.gx10.cluster.plugins.module_utils.gateway_keys import (
+    GatewayKeyError,
+    KeyEntry,
+    NotRunningError,
+    RuntimeApi,
+    add_key,
+    name_error,
+    parse_map,
+    remove_key,
+    render_map,
+    runtime_changes,
+)
+from ansible_collections.gx10.cluster.tests.unit.localhost_playbook import run_ansible_playbook
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+ALICE = KeyEntry("alice", sha("alice-key"), "2026-01-02T03:04:05Z")
+BOB = KeyEntry("bob", sha("bob-key"), "2026-01-03T00:00:00Z")
+
+
+@pytest.mark.parametrize("name", ["alice", "ci-bot", "a", "x.y_z-1", "0" * 63])
+def test_valid_names(name: str) -> None:
+    assert name_error(name) is None
+
+
+@pytest.mark.parametrize("name", ["", "Alice", "-alice", ".x", "a b", "a/b", "0" * 64, "é", 7])
+def test_invalid_names_say_the_pattern(name: Any) -> None:
+    error = name_error(name)
+    assert error is not None
+    assert "[a-z0-9][a-z0-9._-]{0,62}" in error
+
+
+def test_service_is_reserved_for_the_inventorys_key() -> None:
+    error = name_error("service")
+    assert error is not None
+    assert "reserved" in error
+    assert "vllm_serve_api_key" in error
+    assert name_error("service", allow_reserved=True) is None
+
+
+def test_the_map_round_trips_with_creation_times() -> None:
+    text = render_map([ALICE, BOB])
+    assert f"{ALICE.sha256} alice\n" in text
+    assert "# created 2026-01-02T03:04:05Z\n" in text
+    assert parse_map(text) == [ALICE, BOB]
+
+
+def test_haproxy_reads_only_hash_and_name_lines() -> None:
+    lines = [line for line in render_map([ALICE]).splitlines() if not line.startswith("#")]
+    assert lines == [f"{ALICE.sha256} alice"]
+
+
+def test_a_hand_written_line_without_its_comment_parses() -> None:
+    assert parse_map(f"\n  {BOB.sha256}\tbob  \n") == [KeyEntry("bob", BOB.sha256, "")]
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("abc alice\n", "line 1 is not '<sha256 hex> <key name>'"),
+        (f"{ALICE.sha256} alice extra\n", "line 1"),
+        (f"{ALICE.sha256.upper()} alice\n", "line 1"),
+        (f"{ALICE.sha256} alice\n{BOB.sha256} alice\n", "'alice' appears more than once"),
+        (f"{ALICE.sha256} alice\n{ALICE.sha256} bob\n", "hash appears more than once"),
+    ],
+)
+def test_a_map_in_another_format_is_refused(text: str, fragment: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        parse_map(text)
+
+
+def test_adding_a_name_twice_is_refused_naming_the_fix() -> None:
+    with pytest.raises(GatewayKeyError) as caught:
+        add_key([ALICE], KeyEntry("alice", sha("other"), "now"))
+    assert "already exists" in str(caught.value)
+    assert "gx10 keys revoke alice" in str(caught.value)
+
+
+def test_the_same_key_under_another_name_is_refused() -> None:
+    with pytest.raises(GatewayKeyError, match="already registered as 'alice'"):
+        add_key([ALICE], KeyEntry("carol", ALICE.sha256, "now"))
+
+
+def test_replace_swaps_the_names_key_and_keeps_the_rest() -> None:
+    new = KeyEntry("service", sha("new"), "later")
+    old = KeyEntry("service", sha("old"), "earlier")
+    assert add_key([ALICE, old], new, replace=True) == [ALICE, new]
+    # The same key again changes nothing (not even its creation time).
+    assert add_key([ALICE, old], KeyEntry("service", sha("old"), "later"), replace=True) == [
+        ALICE,
+        old,
+    ]
+
+
+def test_add_checks_the_name_and_hash() -> None:
+    with pytest.raises(GatewayKeyError, match="not valid"):
+        add_key([], KeyEntry("Bad Name", sha("x")))
+    with pytest.raises(GatewayKeyError, match="64 lower-case hex"):
+        add_key([], KeyEntry("alice", "1234"))
+    with pytest.raises(GatewayKeyError, match="reserved"):
+        add_key([], KeyEntry("service", sha("x")))
+
+
+def test_removing_an_unknown_name_is_refused_listing_the_names() -> None:
+    with pytest.raises(GatewayKeyError) as caught:
+        remove_key([ALICE, BOB], "carol")
+    assert "no key named 'carol'" in str(caught.value)
+    assert "alice, bob" in str(caught.value)
+    assert remove_key([ALICE], "carol", missing_ok=True) == [ALICE]
+    assert remove_key([ALICE, BOB], "alice") == [BOB]
+
+
+def test_listing_shows_a_hash_prefix_only() -> None:
+    listed = ALICE.listed()
+    assert listed == {
+        "name": "alice",
+        "created": "2026-01-02T03:04:05Z",
+        "sha256_prefix": ALICE.sha256[:12],
+        "kind": "user",
+    }
+    assert KeyEntry("service", sha("s")).listed()["kind"] == "service"
+
+
+def test_runtime_changes_delete_stale_and_wrong_entries_and_add_missing() -> None:
+    running = {
+        ALICE.sha256: ["alice"],  # right
+        BOB.sha256: ["bob", "bob"],  # there twice: deleted, added once
+        sha("revoked"): ["carol"],  # revoked: deleted
+        sha("renamed"): ["old-name"],  # wrong value: deleted, added again
+    }
+    wanted = [ALICE, BOB, KeyEntry("new-name", sha("renamed")), KeyEntry("dave", sha("d"))]
+    adds, deletes = runtime_changes(running, wanted)
+    assert sorted(deletes) == sorted([BOB.sha256, sha("revoked"), sha("renamed")])
+    assert sorted(adds) == sorted(
+        [(BOB.sha256, "bob"), (sha("renamed"), "new-name"), (sha("d"), "dave")]
+    )
+    assert runtime_changes({ALICE.sha256: ["alice"]}, [ALICE]) == ([], [])
+
+
+def test_no_socket_means_no_running_gateway(tmp_path: Path) -> None:
+    with pytest.raises(NotRunningError):
+        RuntimeApi(str(tmp_path / "admin.sock")).show_map("/etc/haproxy/gx10-keys.map")
+
+
+# --- the module, through a real ansible-playbook ------------------------------------------------
+
+
+def _run(tmp_path: Path, tasks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Run `tasks` (each registering `r<i>`, failures ignored) on localhost; every result."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {}}}}))
+    out = tmp_path / "results.json"
+    steps: list[dict[str, Any]] = [
+        {**task, "register": f"r{i}", "ignore_errors": True} for i, task in enumerate(tasks)
+    ]
+    names = {f"r{i}": f"{{{{ r{i} }}}}" for i in range(len(tasks))}
+    steps.append({"ansible.builtin.copy": {"content": "{{ results | to_json }}", "dest": str(out)},
+                  "vars": {"results": names}})  # fmt: skip
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(
+        yaml.safe_dump([{"hosts": "localhost", "connection": "local", "gather_facts": False,
+                         "tasks": steps}])
+    )  # fmt: skip
+    run = run_ansible_playbook(
+        tmp_path, inventory, playbook, "-e", f"ansible_python_interpreter={sys.executable}",
+        timeout=300,
+    )  # fmt: skip
+    assert out.exists(), run.stdout + run.stderr
+    results: dict[str, Any] = json.loads(out.read_text())
+    return results
+
+
+def test_the_module_adds_refuses_lists_and_revokes(tmp_path: Path) -> None:
+    path = tmp_path / "etc" / "gx10-keys.map"
+    path.parent.mkdir()
+    common = {
+        "path": str(path),
+        "owner": pwd.getpwuid(os.getuid()).pw_name,
+        "group": grp.getgrgid(os.getgid()).gr_name,
+    }
+    module = "gx10.cluster.gateway_keys"
+    alice, bob = sha("alice-secret"), sha("bob-secret")
+    results = _run(
+        tmp_path,
+        [
+            {module: {**common, "name": "alice", "sha256": alice}, "check_mode": True},  # r0
+            {module: {**common, "name": "alice", "sha256": alice}},  # r1
+            {module: {**common, "name": "alice", "sha256": alice}},  # r2 duplicate
+            {module: {**common, "name": "bob", "sha256": bob}},  # r3
+            {module: {**common, "name": "carol", "state": "absent"}},  # r4 unknown
+            {module: {**common, "state": "query"}},  # r5
+            {module: {**common, "name": "alice", "state": "absent"}},  # r6
+            {module: {**common, "name": "Bad Name", "sha256": alice}},  # r7
+            {module: {**common, "name": "service", "sha256": alice}},  # r8 reserved
+            {module: {**common, "name": "dave", "sha256": bob}},  # r9 same key as bob
+        ],
+    )
+    r = results
+    assert r["r0"]["changed"] is True
+    assert not r["r0"].get("failed")
+    assert r["r1"]["changed"] is True
+    assert not r["r1"].get("failed")
+    assert r["r1"]["running"] is False  # no socket given: the file only
+    assert r["r2"]["failed"] is True
+    assert "already exists" in r["r2"]["msg"]
+    assert "nothing was changed" in r["r2"]["msg"]
+    assert r["r3"]["changed"] is True
+    assert r["r4"]["failed"] is True
+    assert "no key named 'carol'" in r["r4"]["msg"]
+    assert r["r5"]["changed"] is False
+    assert [k["name"] for k in r["r5"]["keys"]] == ["alice", "bob"]
+    assert r["r5"]["keys"][0]["sha256_prefix"] == alice[:12]
+    assert r["r5"]["keys"][0]["created"].endswith("Z")
+    assert r["r6"]["changed"] is True
+    assert [k["name"] for k in r["r6"]["keys"]] == ["bob"]
+    assert r["r7"]["failed"] is True
+    assert "not valid" in r["r7"]["msg"]
+    assert r["r8"]["failed"] is True
+    assert "reserved" in r["r8"]["msg"]
+    assert r["r9"]["failed"] is True
+    assert "already registered as 'bob'" in r["r9"]["msg"]
+    # Never a whole hash in any result (the sha256 parameter is no_log).
+    dumped = json.dumps(results)
+    assert alice not in dumped
+    assert bob not in dumped
+    # The file: bob only, written whole, with the asked mode.
+    assert parse_map(path.read_text())[0].name == "bob"
+    assert [e.name for e in parse_map(path.read_text())] == ["bob"]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert not [p for p in path.parent.iterdir() if p.name.startswith(".gx10-keys.")]
+
+
+def test_the_module_refuses_a_map_it_cannot_read_and_leaves_it(tmp_path: Path) -> None:
+    path = tmp_path / "gx10-keys.map"
+    path.write_text("not a map line\n")
+    group = grp.getgrgid(os.getgid()).gr_name
+    results = _run(
+        tmp_path,
+        [
+            {
+                "gx10.cluster.gateway_keys": {
+                    "path": str(path),
+                    "group": group,
+                    "name": "alice",
+                    "sha256": sha("a"),
+                }
+            },
+            {
+                "gx10.cluster.gateway_keys": {
+                    "path": str(tmp_path / "missing-dir" / "gx10-keys.map"),
+                    "group": group,
+                    "name": "alice",
+                    "sha256": sha("a"),
+                }
+            },
+        ],
+    )
+    assert results["r0"]["failed"] is True
+    assert "not in the gateway's format" in results["r0"]["msg"]
+    assert path.read_text() == "not a map line\n"
+    assert results["r1"]["failed"] is True
+    assert "is the API gateway installed here?" in results["r1"]["msg"]

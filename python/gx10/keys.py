@@ -1,0 +1,313 @@
+"""`gx10 keys add|list|revoke NAME -i INV`: per-user keys for the API gateway (roles/api_gateway).
+
+`add` makes a key here, on the controller, from the operating system's CSPRNG
+(`secrets.token_urlsafe`: 32 random bytes, 256 bits), and sends the head only its SHA-256
+(playbooks/keys.yml, an extra variable); the key itself never reaches Ansible, so it is in no
+log, no runner artifact and no process's arguments. It is shown once: alone on stdout (so
+`gx10 keys add alice -i INV > alice.key` keeps it), or written to `--key-file` (mode 0600,
+never over an existing file). A refused name (taken, reserved, invalid) changes nothing and
+prints no key. `revoke` removes a key by name; the running gateway refuses it from the next
+request, and nothing restarts. `list` shows names, creation times and hash prefixes.
+
+Exit codes: 0 done; 1 a bad option (nothing ran); 2 the playbook refused or failed (nothing
+changed: the message says why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from gx10 import _collection
+from gx10.errors import Gx10Error
+from gx10.progress import ProgressPrinter, RunStatus
+from gx10.provision import EventHandler, ProvisionResult, provision
+
+PLAYBOOK = "keys.yml"
+KEY_PREFIX = "gx10-"  # tells a secret scanner, and a person, what the string is
+KEY_BYTES = 32
+MODULE_ACTIONS = ("gx10.cluster.gateway_keys", "gateway_keys")
+EXIT_OK, EXIT_ERROR, EXIT_FAILED = 0, 1, 2
+
+
+class KeysError(Gx10Error):
+    """A bad option for `gx10 keys`, found before anything runs."""
+
+
+def generate_key() -> str:
+    """A new key: `gx10-` and 32 bytes from the OS's CSPRNG, URL-safe base64 (43 characters)."""
+    return KEY_PREFIX + secrets.token_urlsafe(KEY_BYTES)
+
+
+def key_sha256(key: str) -> str:
+    """What the gateway compares: the key's SHA-256 in lower-case hex (HAProxy's
+    `sha2(256),hex,lower` of the header's value)."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def check_name(name: str) -> None:
+    """Refuse a name the gateway would refuse, before anything runs."""
+    error = _collection.load("gateway_keys").name_error(name)
+    if error:
+        raise KeysError(error)
+
+
+@dataclass(frozen=True, slots=True)
+class KeysRun:
+    """What the head's gateway_keys task reported, and the run."""
+
+    run: ProvisionResult
+    keys: tuple[Mapping[str, Any], ...] = ()
+    running: bool = False
+    runtime: tuple[str, ...] = ()
+    module_msg: str = field(default="")
+
+    @property
+    def ok(self) -> bool:
+        return self.run.ok
+
+    def problem(self) -> str:
+        """Why the run failed, in the module's words where it spoke."""
+        if self.module_msg:
+            return self.module_msg
+        reasons = [f"{t.host}: {t.task}: {t.message}" for t in self.run.failed_tasks]
+        return "; ".join(reasons) or f"the playbook run {self.run.status}"
+
+
+class _Collector:
+    """The ansible-runner event handler: picks the gateway_keys task's result."""
+
+    def __init__(self, forward: EventHandler | None) -> None:
+        self.forward = forward
+        self.result: Mapping[str, Any] | None = None
+        self.failed = False
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        data = event.get("event_data") or {}
+        kind = event.get("event")
+        if (
+            kind in ("runner_on_ok", "runner_on_failed")
+            and data.get("task_action") in MODULE_ACTIONS
+        ):
+            res = data.get("res")
+            if isinstance(res, Mapping):
+                self.result = res
+                self.failed = kind == "runner_on_failed"
+        if self.forward is not None:
+            self.forward(event)
+
+
+def run_keys(
+    inventory: str,
+    action: str,
+    *,
+    name: str | None = None,
+    sha256: str | None = None,
+    on_event: EventHandler | None = None,
+) -> KeysRun:
+    """playbooks/keys.yml with `action` (add, revoke, list): the head's answer."""
+    extravars: dict[str, Any] = {"api_gateway_key_action": action}
+    if name is not None:
+        extravars["api_gateway_key_name"] = name
+    if sha256 is not None:
+        extravars["api_gateway_key_sha256"] = sha256
+    collector = _Collector(on_event)
+    run = provision(inventory, PLAYBOOK, extravars=extravars, on_event=collector)
+    res = collector.result or {}
+    return KeysRun(
+        run=run,
+        keys=tuple(k for k in res.get("keys") or () if isinstance(k, Mapping)),
+        running=bool(res.get("running")),
+        runtime=tuple(str(line) for line in res.get("runtime") or ()),
+        module_msg=str(res.get("msg") or "") if collector.failed else "",
+    )
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+def add_parser(commands: Any, json_option: argparse.ArgumentParser) -> None:
+    keys = commands.add_parser(
+        "keys",
+        help="per-user API keys for the gateway in front of the engine: add, list, revoke",
+        description=(
+            "Manage the API gateway's keys (gx10_gateway_enabled; roles/api_gateway). Keys are "
+            "made here and shown once; the head stores only their SHA-256; a change counts from "
+            "the next request, nothing restarts."
+        ),
+    )
+    actions = keys.add_subparsers(title="actions", metavar="ACTION", required=True)
+
+    a = actions.add_parser(
+        "add",
+        parents=[json_option],
+        help="make a key for NAME and show it once",
+        description=(
+            "Make a key (256 bits from the OS's CSPRNG) and register its hash as NAME. The key "
+            "is printed once, alone on stdout, or written to --key-file (mode 0600). A name "
+            "already taken is refused and nothing changes."
+        ),
+    )
+    a.add_argument("name", metavar="NAME", help="the key's name, as the access log shows it")
+    a.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
+    a.add_argument(
+        "--key-file",
+        type=Path,
+        metavar="F",
+        help="write the key to F (created with mode 0600; an existing F is refused) instead of "
+        "printing it",
+    )
+    a.add_argument("-v", "--verbose", action="store_true", help="show the playbook's progress")
+    a.set_defaults(handler=_run_add)
+
+    r = actions.add_parser(
+        "revoke",
+        parents=[json_option],
+        help="revoke NAME's key (refused from the next request)",
+        description="Remove NAME's key; the running gateway refuses it from the next request.",
+    )
+    r.add_argument("name", metavar="NAME", help="the key's name")
+    r.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
+    r.add_argument("-v", "--verbose", action="store_true", help="show the playbook's progress")
+    r.set_defaults(handler=_run_revoke)
+
+    ls = actions.add_parser(
+        "list",
+        parents=[json_option],
+        help="the keys: names, creation times, hash prefixes",
+        description="List the gateway's keys: name, when it was added, its hash's first digits.",
+    )
+    ls.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
+    ls.add_argument("-v", "--verbose", action="store_true", help="show the playbook's progress")
+    ls.set_defaults(handler=_run_list)
+
+
+def _events(err: Console, args: argparse.Namespace) -> contextlib.AbstractContextManager[Any]:
+    if args.verbose:
+        return contextlib.nullcontext(ProgressPrinter(err))
+    return RunStatus(err, "gx10 keys")
+
+
+def _run_add(args: argparse.Namespace) -> int:
+    err = Console(stderr=True, highlight=False)
+    check_name(args.name)
+    key = generate_key()
+    with _reserved(args.key_file) as key_file, _events(err, args) as on_event:
+        result = run_keys(
+            args.inventory, "add", name=args.name, sha256=key_sha256(key), on_event=on_event
+        )
+        if not result.ok:
+            return _failed(err, f"key {args.name!r} not added: {result.problem()}", result)
+        if key_file is not None:
+            key_file.write(key + "\n")
+    entry = next((k for k in result.keys if k.get("name") == args.name), {})
+    if args.json:
+        document = {**_entry(entry, args.name), **_runtime(result)}
+        if args.key_file is None:
+            document["key"] = key
+        else:
+            document["key_file"] = str(args.key_file)
+        print(json.dumps(document, indent=2))
+        return EXIT_OK
+    where = f"written to {args.key_file} (0600)" if args.key_file else "on stdout, shown once"
+    err.print(
+        f"added key {args.name} (sha256 {entry.get('sha256_prefix', '?')}...); the key is "
+        f"{where}. {_runtime_sentence(result, 'accepts it')}"
+    )
+    if args.key_file is None:
+        print(key)
+    return EXIT_OK
+
+
+def _run_revoke(args: argparse.Namespace) -> int:
+    err = Console(stderr=True, highlight=False)
+    check_name(args.name)
+    with _events(err, args) as on_event:
+        result = run_keys(args.inventory, "revoke", name=args.name, on_event=on_event)
+    if not result.ok:
+        return _failed(err, f"key {args.name!r} not revoked: {result.problem()}", result)
+    if args.json:
+        print(json.dumps({"name": args.name, "revoked": True, **_runtime(result)}, indent=2))
+    else:
+        print(f"revoked key {args.name}. {_runtime_sentence(result, 'refuses it')}")
+    return EXIT_OK
+
+
+def _run_list(args: argparse.Namespace) -> int:
+    err = Console(stderr=True, highlight=False)
+    with _events(err, args) as on_event:
+        result = run_keys(args.inventory, "list", on_event=on_event)
+    if not result.ok:
+        return _failed(err, f"cannot list the keys: {result.problem()}", result)
+    keys = [_entry(k, str(k.get("name", ""))) for k in result.keys]
+    if args.json:
+        print(json.dumps({"keys": keys, "running": result.running}, indent=2))
+        return EXIT_OK
+    print(f"{'NAME':<24} {'CREATED':<21} {'SHA256':<14} KIND")
+    for k in keys:
+        prefix = k["sha256_prefix"] + "..."
+        print(f"{k['name']:<24} {k['created'] or '-':<21} {prefix:<14} {k['kind']}")
+    print(f"{len(keys)} key(s); the gateway is {'running' if result.running else 'not running'}")
+    return EXIT_OK
+
+
+def _entry(entry: Mapping[str, Any], name: str) -> dict[str, str]:
+    return {
+        "name": str(entry.get("name") or name),
+        "created": str(entry.get("created") or ""),
+        "sha256_prefix": str(entry.get("sha256_prefix") or ""),
+        "kind": str(entry.get("kind") or "user"),
+    }
+
+
+def _runtime(result: KeysRun) -> dict[str, Any]:
+    return {"gateway_running": result.running, "runtime": list(result.runtime)}
+
+
+def _runtime_sentence(result: KeysRun, verb: str) -> str:
+    if result.running:
+        return f"The running gateway {verb} from the next request (no reload, no restart)."
+    return "No gateway runs on the head now; it reads the keys when it starts."
+
+
+def _failed(err: Console, message: str, result: KeysRun) -> int:
+    err.print(f"gx10 keys: {message}", markup=False)
+    err.print(f"(artifacts in {result.run.artifact_dir})", markup=False, style="dim")
+    return EXIT_FAILED
+
+
+@contextlib.contextmanager
+def _reserved(path: Path | None) -> Iterator[Any]:
+    """`--key-file`: created now, empty and 0600, so a path that cannot be written (or exists)
+    fails before anything runs; removed again if the key is not added."""
+    if path is None:
+        yield None
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise KeysError(
+            f"--key-file {path} exists: a key file is never overwritten; give a new path, or "
+            "remove the old file first"
+        ) from None
+    except OSError as exc:
+        raise KeysError(f"--key-file {path}: cannot create it ({exc.strerror or exc})") from None
+    written = False
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            yield handle
+            written = handle.tell() > 0
+    finally:
+        if not written:
+            with contextlib.suppress(OSError):
+                path.unlink()

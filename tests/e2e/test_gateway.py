@@ -1,0 +1,195 @@
+"""The API gateway on the lab (issue 14, per-user keys): the serve stage with the gateway on puts
+HAProxy on the head's API port and the engine on loopback; `gx10 keys` adds a key that a
+completion through the official openai client uses at once, the access log names it and never
+shows it, and a revoked key is refused at once; the engine is never restarted meanwhile, and its
+port is not reachable from the other node while the gateway's is.
+
+The gateway is set where a user sets it: in the inventory. The module's inventory is the lab's
+own (its hosts, group_vars and files, linked) plus group_vars/gx10.yml with the gateway's
+variables and a service key. At the end the serve stage runs with the lab's inventory alone,
+which takes the gateway away and serves on every address again, as the other modules expect.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import yaml
+from labtools import LAB_INVENTORY, node_sh
+
+from gx10 import ProvisionResult, lab, provision
+from gx10.cli import main
+
+CONTAINER = "gx10-vllm"
+UNIT = "gx10-gateway.service"
+SERVICE_KEY = "e2e-service-" + secrets.token_urlsafe(16)
+MODEL = "deepseek-v4-flash"
+API, ENGINE = 8000, 8001
+
+
+def _head_address() -> str:
+    hosts = yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text())
+    head = hosts["all"]["children"]["gx10"]["children"]["head"]["hosts"]["gx10-a"]
+    return str(head["gx10_api_host"])
+
+
+HEAD = _head_address()
+
+
+def _started(node: str) -> str:
+    return node_sh(node, f"docker inspect -f '{{{{.State.StartedAt}}}}' {CONTAINER}").strip()
+
+
+def _gateway_pid() -> str:
+    return node_sh("gx10-a", f"systemctl show -p MainPID --value {UNIT}").strip()
+
+
+def _code(node: str, url: str, *headers: str) -> str:
+    flags = " ".join(f"-H '{header}'" for header in headers)
+    return node_sh(
+        node,
+        f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 5 {flags} {url} || true",
+    ).strip()
+
+
+def _cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def inventory(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The lab's inventory with the gateway on, as a user would write it."""
+    path = tmp_path_factory.mktemp("gateway") / "inventory"
+    path.mkdir()
+    for name in ("hosts.yml", "files"):
+        (path / name).symlink_to(LAB_INVENTORY / name)
+    (path / "group_vars").mkdir()
+    (path / "group_vars" / "all.yml").symlink_to(LAB_INVENTORY / "group_vars" / "all.yml")
+    (path / "group_vars" / "gx10.yml").write_text(
+        yaml.safe_dump({"gx10_gateway_enabled": True, "vllm_serve_api_key": SERVICE_KEY})
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def gated(lab_up: lab.LabStatus, inventory: Path) -> Iterator[ProvisionResult]:
+    converged = provision(LAB_INVENTORY, "site.yml")
+    assert converged.ok, converged.failed_tasks
+    result = provision(inventory, "serve.yml")
+    try:
+        assert result.ok, result.failed_tasks
+        yield result
+    finally:
+        restored = provision(LAB_INVENTORY, "serve.yml")
+        node_sh("gx10-a", "rm -f /etc/haproxy/gx10-keys.map")
+        assert restored.ok, restored.failed_tasks
+        assert node_sh("gx10-a", f"systemctl is-active {UNIT} || true").strip() != "active"
+        assert httpx.get(f"http://{HEAD}:{API}/health", timeout=10).status_code == 200
+
+
+def test_the_engine_is_on_loopback_and_only_the_gateway_is_reachable(
+    gated: ProvisionResult,
+) -> None:
+    args = node_sh("gx10-a", f"docker inspect -f '{{{{json .Args}}}}' {CONTAINER}")
+    assert f'"--host","127.0.0.1","--port","{ENGINE}"' in args
+    assert _code("gx10-b", f"http://{HEAD}:{ENGINE}/health") == "000"  # refused
+    assert _code("gx10-b", f"http://{HEAD}:{API}/v1/models") == "401"
+    assert (
+        _code("gx10-b", f"http://{HEAD}:{API}/v1/models", f"Authorization: Bearer {SERVICE_KEY}")
+        == "200"
+    )
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://{HEAD}:{ENGINE}/health", timeout=5)
+    assert node_sh("gx10-a", f"systemctl is-enabled {UNIT}").strip() == "enabled"
+
+
+def test_the_smoke_stage_goes_through_the_gateway(gated: ProvisionResult, inventory: Path) -> None:
+    result = provision(inventory, "smoke.yml")
+    assert result.ok, result.failed_tasks
+    log = node_sh("gx10-a", f"journalctl -u {UNIT} --no-pager -o cat")
+    assert 'key=service "POST /v1/chat/completions' in log
+    assert SERVICE_KEY not in log
+
+
+def test_a_key_added_used_and_revoked_without_restarting_anything(
+    gated: ProvisionResult, inventory: Path, tmp_path: Path
+) -> None:
+    engine = {node: _started(node) for node in ("gx10-a", "gx10-b")}
+    gateway = _gateway_pid()
+
+    code, out, err = _cli("keys", "add", "e2e-alice", "-i", str(inventory))
+    assert code == 0, err
+    key = out.strip()
+    assert re.fullmatch(r"gx10-[A-Za-z0-9_-]{43}", key)
+    client = openai.OpenAI(base_url=f"http://{HEAD}:{API}/v1", api_key=key, timeout=60)
+    reply = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Say hello."}], max_tokens=16
+    )
+    assert reply.choices[0].message is not None
+    assert (
+        httpx.get(f"http://{HEAD}:{API}/v1/models", headers={"x-api-key": key}).status_code == 200
+    )
+
+    log = node_sh("gx10-a", f"journalctl -u {UNIT} --no-pager -o cat")
+    assert 'key=e2e-alice "POST /v1/chat/completions' in log
+    assert key not in log
+    assert key not in node_sh("gx10-a", f"docker logs {CONTAINER} 2>&1 | tail -n 500")
+
+    code, out, err = _cli("keys", "list", "-i", str(inventory), "--json")
+    assert code == 0, err
+    listed = json.loads(out)
+    assert {"e2e-alice", "service"} <= {k["name"] for k in listed["keys"]}
+    assert listed["running"] is True
+    assert key not in out
+
+    code, _, err = _cli("keys", "add", "e2e-alice", "-i", str(inventory))
+    assert code == 2
+    assert "already exists" in err
+
+    code, out, err = _cli("keys", "revoke", "e2e-alice", "-i", str(inventory))
+    assert code == 0, err
+    with pytest.raises(openai.AuthenticationError):
+        client.models.list()
+
+    code, _, err = _cli("keys", "revoke", "e2e-alice", "-i", str(inventory))
+    assert code == 2
+    assert "no key named 'e2e-alice'" in err
+
+    # Neither the engine nor the gateway restarted (nor reloaded: the same main process).
+    assert {node: _started(node) for node in ("gx10-a", "gx10-b")} == engine
+    assert _gateway_pid() == gateway
+
+
+def test_reapply_changes_nothing_and_restarts_nothing(
+    gated: ProvisionResult, inventory: Path
+) -> None:
+    engine = _started("gx10-a")
+    gateway = _gateway_pid()
+    again = provision(inventory, "serve.yml")
+    assert again.ok, again.failed_tasks
+    assert again.changed_total == 0
+    assert _started("gx10-a") == engine
+    assert _gateway_pid() == gateway
+
+
+def test_a_gateway_without_the_service_key_is_refused_before_any_change(
+    gated: ProvisionResult, inventory: Path
+) -> None:
+    engine = _started("gx10-a")
+    result = provision(inventory, "serve.yml", extravars={"vllm_serve_api_key": ""})
+    assert not result.ok
+    messages = " ".join(t.message for t in result.failed_tasks)
+    assert "vllm_serve_api_key is not set" in messages
+    assert _started("gx10-a") == engine

@@ -1,0 +1,213 @@
+"""`gx10 keys`: the key made from the CSPRNG and shown once, only its hash sent to the head, and
+what a refused name does (nothing, and no key shown). playbooks/keys.yml is replaced by a fake
+that answers as the head's gateway_keys task does; tests/unit/test_api_gateway.py runs the real
+playbook in front of a real HAProxy."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import stat
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_helpers import Invocation, invoke
+
+from gx10 import keys
+from gx10.provision import FailedTask, HostStats, ProvisionResult
+
+TOKEN = re.compile(r"^gx10-[A-Za-z0-9_-]{43}$")
+
+
+def test_a_key_is_256_bits_from_secrets_urlsafe(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[int] = []
+    real = keys.secrets.token_urlsafe
+
+    def spy(nbytes: int) -> str:
+        asked.append(nbytes)
+        return real(nbytes)
+
+    monkeypatch.setattr(keys.secrets, "token_urlsafe", spy)
+    key = keys.generate_key()
+    assert asked == [32]
+    assert TOKEN.match(key), key
+
+
+def test_keys_differ() -> None:
+    made = {keys.generate_key() for _ in range(200)}
+    assert len(made) == 200
+
+
+def test_the_hash_is_what_haproxy_computes() -> None:
+    # HAProxy: req.fhdr(authorization),word(2,' '),sha2(256),hex,lower
+    assert keys.key_sha256("gx10-abc") == hashlib.sha256(b"gx10-abc").hexdigest()
+    assert keys.key_sha256("gx10-abc") == keys.key_sha256("gx10-abc").lower()
+
+
+class FakeHead:
+    """Stands in for provision(playbooks/keys.yml): records the extra variables, answers with the
+    gateway_keys task's result (or its failure) through the event handler."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, dict[str, str]] = {}
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(
+        self,
+        inventory: str,
+        playbook: str,
+        *,
+        extravars: Mapping[str, Any],
+        on_event: Callable[[dict[str, Any]], object],
+    ) -> ProvisionResult:
+        self.calls.append({"inventory": inventory, "playbook": playbook, **extravars})
+        action = extravars["api_gateway_key_action"]
+        name = extravars.get("api_gateway_key_name", "")
+        failure = ""
+        if action == "add":
+            if name in self.keys:
+                failure = f"a key named {name!r} already exists; nothing was changed"
+            else:
+                sha = extravars["api_gateway_key_sha256"]
+                self.keys[name] = {
+                    "name": name,
+                    "created": "2026-01-02T03:04:05Z",
+                    "sha256_prefix": sha[:12],
+                    "kind": "user",
+                }
+        elif action == "revoke":
+            if name not in self.keys:
+                failure = f"no key named {name!r} (keys: none); nothing was changed"
+            else:
+                del self.keys[name]
+        res: dict[str, Any] = {"keys": list(self.keys.values()), "running": True, "runtime": []}
+        if failure:
+            res = {"msg": failure, "keys": list(self.keys.values())}
+        elif action != "list":
+            res["runtime"] = [f"{'add' if action == 'add' else 'del'} {name}"]
+        on_event(
+            {
+                "event": "runner_on_failed" if failure else "runner_on_ok",
+                "event_data": {"task_action": "gx10.cluster.gateway_keys", "res": res},
+            }
+        )
+        return ProvisionResult(
+            ok=not failure,
+            status="failed" if failure else "successful",
+            rc=2 if failure else 0,
+            hosts={"gx10-a": HostStats(ok=3, failed=int(bool(failure)))},
+            failed_tasks=(FailedTask("gx10-a", "Change or read", failure, "keys"),)
+            if failure
+            else (),
+            artifact_dir=Path("/tmp/artifacts/x"),
+        )
+
+
+@pytest.fixture
+def head(monkeypatch: pytest.MonkeyPatch) -> FakeHead:
+    fake = FakeHead()
+    monkeypatch.setattr(keys, "provision", fake)
+    return fake
+
+
+def test_add_prints_the_key_once_alone_on_stdout_and_sends_only_its_hash(head: FakeHead) -> None:
+    run = invoke(["keys", "add", "alice", "-i", "inventories/lab"])
+    assert run.code == 0, run.stderr
+    key = run.stdout.strip()
+    assert TOKEN.match(key)
+    assert run.stdout == key + "\n"  # the key, once, and nothing else
+    assert key not in run.stderr
+    assert "added key alice" in run.stderr
+    assert "accepts it from the next request" in run.stderr
+    (call,) = head.calls
+    assert call["playbook"] == "keys.yml"
+    assert call["api_gateway_key_sha256"] == hashlib.sha256(key.encode()).hexdigest()
+    assert key not in json.dumps(call)
+
+
+def test_add_json_carries_the_key_and_the_entry(head: FakeHead) -> None:
+    run = invoke(["keys", "add", "ci-bot", "-i", "inv", "--json"])
+    assert run.code == 0
+    document = json.loads(run.stdout)
+    assert TOKEN.match(document["key"])
+    assert document["name"] == "ci-bot"
+    assert document["sha256_prefix"] == keys.key_sha256(document["key"])[:12]
+    assert document["gateway_running"] is True
+
+
+def test_add_to_a_key_file_writes_it_0600_and_prints_no_key(head: FakeHead, tmp_path: Path) -> None:
+    path = tmp_path / "alice.key"
+    run = invoke(["keys", "add", "alice", "-i", "inv", "--key-file", str(path)])
+    assert run.code == 0, run.stderr
+    key = path.read_text().strip()
+    assert TOKEN.match(key)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert key not in run.stdout + run.stderr
+    assert head.calls[0]["api_gateway_key_sha256"] == keys.key_sha256(key)
+
+
+def test_an_existing_key_file_is_refused_before_anything_runs(
+    head: FakeHead, tmp_path: Path
+) -> None:
+    path = tmp_path / "alice.key"
+    path.write_text("an older key\n")
+    run = invoke(["keys", "add", "alice", "-i", "inv", "--key-file", str(path)])
+    assert run.code == 1
+    assert "exists" in run.stderr
+    assert head.calls == []
+    assert path.read_text() == "an older key\n"
+
+
+def test_a_duplicate_name_changes_nothing_and_shows_no_key(head: FakeHead, tmp_path: Path) -> None:
+    assert invoke(["keys", "add", "alice", "-i", "inv"]).code == 0
+    path = tmp_path / "second.key"
+    run = invoke(["keys", "add", "alice", "-i", "inv", "--key-file", str(path)])
+    assert run.code == 2
+    assert run.stdout == ""
+    assert "not added: a key named 'alice' already exists" in run.stderr
+    assert not path.exists()  # the reserved file is removed again
+    # The key the failed call made is nowhere.
+    sent = head.calls[-1]["api_gateway_key_sha256"]
+    assert sent[:12] not in run.stderr
+    assert list(head.keys) == ["alice"]
+
+
+def _assert_no_token(run: Invocation) -> None:
+    assert not re.search(r"gx10-[A-Za-z0-9_-]{43}", run.stdout + run.stderr)
+
+
+def test_revoke_of_an_unknown_name_is_an_error(head: FakeHead) -> None:
+    run = invoke(["keys", "revoke", "carol", "-i", "inv"])
+    assert run.code == 2
+    assert "not revoked: no key named 'carol'" in run.stderr
+    _assert_no_token(run)
+
+
+def test_revoke_then_list(head: FakeHead) -> None:
+    invoke(["keys", "add", "alice", "-i", "inv"])
+    invoke(["keys", "add", "bob", "-i", "inv"])
+    run = invoke(["keys", "revoke", "alice", "-i", "inv"])
+    assert run.code == 0
+    assert "revoked key alice" in run.stdout
+    assert "refuses it from the next request" in run.stdout
+    listed = invoke(["keys", "list", "-i", "inv"])
+    assert listed.code == 0
+    assert "bob" in listed.stdout
+    assert "alice" not in listed.stdout
+    assert "1 key(s); the gateway is running" in listed.stdout
+    document = json.loads(invoke(["keys", "list", "-i", "inv", "--json"]).stdout)
+    assert [k["name"] for k in document["keys"]] == ["bob"]
+    assert len(document["keys"][0]["sha256_prefix"]) == 12
+    assert head.calls[-1]["api_gateway_key_action"] == "list"
+
+
+@pytest.mark.parametrize("name", ["Alice", "service", "a b", ".x"])
+def test_a_bad_or_reserved_name_is_refused_before_anything_runs(head: FakeHead, name: str) -> None:
+    run = invoke(["keys", "add", name, "-i", "inv"])
+    assert run.code == 1
+    assert "key name" in run.stderr
+    assert head.calls == []
+    _assert_no_token(run)
