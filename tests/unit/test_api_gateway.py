@@ -412,6 +412,11 @@ def test_a_key_added_counts_at_once_is_named_in_the_log_and_revoked_at_once(
     assert "x-api-key" not in {name.lower() for name in backend.seen[-1]["headers"]}
     assert "key=alice" in gateway.logged('key=alice "POST /v1/messages')
 
+    listed = invoke(["keys", "list", "-i", str(inventory), "--json"])
+    assert listed.code == 0, listed.stderr
+    assert json.loads(listed.stdout)["running"] is True  # read from the runtime API, unchanged
+    assert "alice" in {k["name"] for k in json.loads(listed.stdout)["keys"]}
+
     duplicate = invoke(["keys", "add", "alice", "-i", str(inventory)])
     assert duplicate.code == 2
     assert "already exists" in duplicate.stderr

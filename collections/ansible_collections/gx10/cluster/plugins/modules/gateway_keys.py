@@ -241,6 +241,13 @@ def main() -> None:
         if module._diff and file_changed:
             result["diff"] = {"before": before_text, "after": after_text, "after_header": path}
         if module.check_mode or state == "query":
+            # Read-only: whether a gateway answers on its runtime API, nothing sent to it.
+            if params["socket"]:
+                try:
+                    RuntimeApi(params["socket"]).show_map(path)
+                    result["running"] = True
+                except RuntimeApiError:
+                    pass  # not running (NotRunningError), or not answering: not running
             module.exit_json(changed=file_changed, **result)
         if file_changed:
             write_map(module, path, after_text)
