@@ -241,13 +241,7 @@ def main() -> None:
         if module._diff and file_changed:
             result["diff"] = {"before": before_text, "after": after_text, "after_header": path}
         if module.check_mode or state == "query":
-            # Read-only: whether a gateway answers on its runtime API, nothing sent to it.
-            if params["socket"]:
-                try:
-                    RuntimeApi(params["socket"]).show_map(path)
-                    result["running"] = True
-                except RuntimeApiError:
-                    pass  # not running (NotRunningError), or not answering: not running
+            result["running"] = _answers(params["socket"], path)
             module.exit_json(changed=file_changed, **result)
         if file_changed:
             write_map(module, path, after_text)
@@ -277,6 +271,17 @@ def main() -> None:
     module.exit_json(
         changed=file_changed or attributes_changed or bool(result["runtime"]), **result
     )
+
+
+def _answers(socket_path: str | None, map_file: str) -> bool:
+    """Read-only: whether a gateway answers on its runtime API (its map shown, nothing sent)."""
+    if not socket_path:
+        return False
+    try:
+        RuntimeApi(socket_path).show_map(map_file)
+    except RuntimeApiError:
+        return False  # not running (NotRunningError), or not answering
+    return True
 
 
 if __name__ == "__main__":
