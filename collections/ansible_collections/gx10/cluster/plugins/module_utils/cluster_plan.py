@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.gx10.cluster.plugins.module_utils import pair_config
+from ansible_collections.gx10.cluster.plugins.module_utils import pair_config, serve_plan
 from ansible_collections.gx10.cluster.plugins.module_utils.host_faults import (
     KNOWN_FAULTS,
     unknown_ids,
@@ -75,6 +75,8 @@ NODE_VARS = (
     *CLOCK_VARS,
     FAULTS_IGNORE_VAR,
     *(pair_config.variable(key) for key in pair_config.TIMINGS),
+    # The serving profile, its overrides and the memory budget's inputs (module_utils/serve_plan).
+    *serve_plan.NODE_VARS,
 )
 # A no-fragment ping payload of MTU - 28 (IPv4 and ICMP headers) fills one frame exactly.
 IPV4_ICMP_HEADERS = 28
@@ -211,6 +213,7 @@ def build_plan(
         "master_addr": rails[0]["addresses"][head],
         "model_dir": analysis.model_dir,
         "supervised": analysis.supervised,
+        "serving": analysis.serving,
     }
 
 
@@ -251,6 +254,8 @@ class _Analysis:
     rails: list[_Rail] = field(default_factory=list)
     # host -> rail netdev -> RDMA device (gx10_rdma_devices)
     rdma_devices: dict[str, dict[str, str]] = field(default_factory=dict)
+    # The serving profile and each node's memory budget (module_utils/serve_plan)
+    serving: dict[str, Any] = field(default_factory=dict)
 
 
 def _analyse(
@@ -259,6 +264,8 @@ def _analyse(
     result = _Analysis()
     errors = result.errors
     result.nodes = _check_groups(groups, errors)
+    # The serving budget is per rank of a valid head-and-workers pair: none for a broken shape.
+    groups_ok = not errors
     node_vars: dict[str, Mapping[str, Any]] = {}
     for host in result.nodes:
         host_vars = hostvars.get(host)
@@ -279,6 +286,10 @@ def _analyse(
         if result.supervised:
             _check_supervisor_timings(host, node_vars[host], errors)
         result.rdma_devices[host] = _check_rdma_devices(host, node_vars[host], result.rails, errors)
+    if groups_ok:
+        result.serving = serve_plan.analyse(
+            result.nodes, node_vars, errors, model_dir=result.model_dir
+        )
     return result
 
 
