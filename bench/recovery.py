@@ -31,10 +31,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "python"))
+from gx10 import lab, provision
 
-from gx10 import lab, provision  # noqa: E402 - the repo's own package, found from this script
+ROOT = Path(__file__).resolve().parents[1]
 
 HEAD, WORKER = "gx10-a", "gx10-b"
 AGENT = "/usr/local/lib/gx10/pair/gx10-pair"

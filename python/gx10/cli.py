@@ -27,12 +27,12 @@ from typing import Any, NoReturn, cast
 import yaml
 from rich.console import Console
 
-from gx10 import __version__, smoke
+from gx10 import __version__, battery, smoke
 from gx10 import status as cluster_status
 from gx10.bench.cli import add_parser as _add_bench
 from gx10.clients.cli import add_parser as _add_clients
+from gx10.doctor import Evidence, diagnose, findings_json, has_errors, print_findings
 from gx10.doctor import collect as doctor_collect
-from gx10.doctor import diagnose, findings_json, has_errors, print_findings
 from gx10.errors import Gx10Error
 from gx10.model.errors import ModelError
 from gx10.model.manifest import (
@@ -50,6 +50,7 @@ from gx10.progress import (
     ByteProgress,
     ProgressPrinter,
     RunStatus,
+    print_battery,
     print_summary,
     print_sync_report,
     print_verify_report,
@@ -401,8 +402,9 @@ def _add_doctor(
         parents=[json_option],
         help="read-only diagnosis of the known faults, each with its evidence and fix",
         description=(
-            "Gather evidence on every node (playbooks/doctor.yml, read-only) and report each known "
-            "fault with its evidence and fix. Exit 0 when no error is found, 2 when one is."
+            "Gather evidence on every node (playbooks/doctor.yml, read-only) and the head "
+            "engine's counters (its /metrics, from this machine), and report each known fault "
+            "with its evidence and fix. Exit 0 when no error is found, 2 when one is."
         ),
     )
     p.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
@@ -419,11 +421,25 @@ def _add_doctor(
             "the figures too"
         ),
     )
+    p.add_argument(
+        "--api-key-file",
+        type=Path,
+        help=(
+            "file holding a key to send with the head's /metrics request (vLLM's --api-key "
+            "guards only /v1; for a proxy in front that asks for one)"
+        ),
+    )
     p.set_defaults(handler=_run_doctor)
 
 
 def _run_doctor(args: argparse.Namespace) -> int:
     err = Console(stderr=True, highlight=False)
+    api_key = None
+    if args.api_key_file is not None:
+        try:
+            api_key = args.api_key_file.read_text().strip()
+        except OSError as exc:
+            raise Gx10Error(f"cannot read --api-key-file {args.api_key_file}: {exc}") from exc
     measured: dict[str, Any] = {}
     if args.measure_bandwidth:
         figures = doctor_collect.measure_bandwidth(
@@ -440,15 +456,24 @@ def _run_doctor(args: argparse.Namespace) -> int:
     )
     if result.status == "canceled":
         return EXIT_INTERRUPTED
+    evidences = doctor_collect.read_engine_metrics(evidences, plan, api_key=api_key)
     findings = diagnose(evidences, plan)
     if args.json:
         document = json.loads(findings_json(findings))
-        document["nodes"] = {ev.node: {"reachable": ev.reachable} for ev in evidences}
+        document["nodes"] = {ev.node: _node_document(ev) for ev in evidences}
         document["artifact_dir"] = str(result.artifact_dir)
         print_json(document)
     else:
         print_findings(Console(highlight=False), findings)
     return EXIT_FAILED if has_errors(findings) else EXIT_OK
+
+
+def _node_document(ev: Evidence) -> dict[str, Any]:
+    """A node in doctor's JSON: whether it answered, and the engine counters read from it."""
+    document: dict[str, Any] = {"reachable": ev.reachable}
+    if ev.spec_decode is not None:
+        document["spec_decode"] = {**ev.spec_decode.to_dict(), "url": ev.metrics_url}
+    return document
 
 
 # --- status ----------------------------------------------------------------------------------
@@ -516,28 +541,73 @@ def _add_smoke(
         help="use a served model as a coding agent does (models, chat, stream, tool call)",
         description=(
             "Smoke-test an OpenAI-compatible vLLM endpoint with the official openai client. "
-            "The API key comes from --api-key-file or OPENAI_API_KEY."
+            "With -i the endpoint, model and API key come from the inventory (as "
+            "playbooks/smoke.yml computes them; --endpoint and --model override). The API key "
+            "comes from --api-key-file, else the inventory's vllm_serve_api_key, else "
+            "OPENAI_API_KEY. --battery runs the tool-call battery instead (docs/BATTERY.md): "
+            "exit 0 when every case passes, 2 when one fails."
         ),
     )
     p.add_argument(
-        "--endpoint",
-        required=True,
-        help="the server, e.g. http://gx10-a:8000 (with or without /v1)",
+        "-i",
+        "--inventory",
+        action="append",
+        metavar="INV",
+        help="the cluster's inventory: endpoint, model and key (repeatable, as ansible)",
     )
-    p.add_argument("--model", required=True, help="the served model name")
+    p.add_argument(
+        "--endpoint",
+        help="the server, e.g. http://gx10-a:8000 (with or without /v1); needed without -i",
+    )
+    p.add_argument("--model", help="the served model name; needed without -i")
     p.add_argument("--api-key-file", type=Path, help="file holding the API key")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
+    p.add_argument(
+        "--battery",
+        action="store_true",
+        help="run the tool-call battery: parallel and streamed calls, nested and long "
+        "arguments, tool_choice, reasoning, an agent loop, /v1/messages",
+    )
+    p.add_argument(
+        "--case",
+        dest="cases",
+        action="extend",
+        nargs="+",
+        choices=battery.CASES,
+        metavar="NAME",
+        help=f"with --battery, only these cases (repeatable): {', '.join(battery.CASES)}",
+    )
     p.set_defaults(handler=_run_smoke)
 
 
-def _run_smoke(args: argparse.Namespace) -> int:
-    key = os.environ.get("OPENAI_API_KEY", "")
+def _smoke_target(args: argparse.Namespace) -> tuple[str, str, str]:
+    """The endpoint, model and API key to smoke-test (the key is never printed)."""
+    key_file = None
     if args.api_key_file is not None:
         try:
-            key = args.api_key_file.read_text().strip()
+            key_file = args.api_key_file.read_text().strip()
         except OSError as exc:
             raise Gx10Error(f"cannot read --api-key-file {args.api_key_file}: {exc}") from exc
-    result = smoke.run(args.endpoint, args.model, api_key=key, timeout=args.timeout)
+    if args.inventory:
+        from gx10.bench.nodes import load_cluster  # noqa: PLC0415 - ansible loads slowly
+
+        cluster = load_cluster(args.inventory, need_api_key=key_file is None)
+        key = key_file if key_file is not None else cluster.api_key
+        key = key or os.environ.get("OPENAI_API_KEY", "")
+        return args.endpoint or cluster.endpoint, args.model or cluster.model, key
+    if not args.endpoint or not args.model:
+        raise Gx10Error("gx10 smoke needs -i INV, or --endpoint URL and --model NAME")
+    key = key_file if key_file is not None else os.environ.get("OPENAI_API_KEY", "")
+    return args.endpoint, args.model, key
+
+
+def _run_smoke(args: argparse.Namespace) -> int:
+    if args.cases and not args.battery:
+        raise Gx10Error("--case selects battery cases: add --battery")
+    endpoint, model, key = _smoke_target(args)
+    if args.battery:
+        return _run_battery(args, endpoint, model, key)
+    result = smoke.run(endpoint, model, api_key=key, timeout=args.timeout)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -546,6 +616,15 @@ def _run_smoke(args: argparse.Namespace) -> int:
             print(f"{mark} {check.name:<10} {check.seconds:6.2f} s  {check.detail}")
         print(f"{'OK' if result.ok else 'FAILED'}: {result.base_url} model {result.model}")
     return 0 if result.ok else 2
+
+
+def _run_battery(args: argparse.Namespace, endpoint: str, model: str, key: str) -> int:
+    result = battery.run(endpoint, model, api_key=key, timeout=args.timeout, cases=args.cases)
+    if args.json:
+        print_json(result.to_dict())
+    else:
+        print_battery(Console(highlight=False), result)
+    return EXIT_OK if result.ok else EXIT_FAILED
 
 
 _SUBCOMMANDS: tuple[AddCommand, ...] = (

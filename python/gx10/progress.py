@@ -3,7 +3,8 @@
 `describe_event` is the logic (runner event -> `ProgressLine` or None) and has no rich in it;
 `ProgressPrinter` and `recap_table` only turn those lines and a `ProvisionResult` into rich output.
 `ByteProgress` and `print_verify_report` do the same for hashing and `gx10 model verify`,
-`RunStatus` and `print_sync_report` for `gx10 model sync`.
+`RunStatus` and `print_sync_report` for `gx10 model sync`, `print_battery` for
+`gx10 smoke --battery`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from rich import box
 from rich.console import Console
@@ -32,6 +33,9 @@ from rich.text import Text
 from gx10.model.sync import SyncResult
 from gx10.model.verify import VerifyReport
 from gx10.provision import ProvisionResult, task_message
+
+if TYPE_CHECKING:  # the battery imports openai: only `gx10 smoke` needs it at run time
+    from gx10.battery import BatteryResult
 
 LineKind = Literal["play", "task", "handler", "host", "output"]
 
@@ -395,3 +399,42 @@ def print_sync_report(console: Console, result: SyncResult) -> None:
         verdict = Text.assemble(("FAILED", "bold red"), f": {what} ({run})")
     console.print(verdict, soft_wrap=True)
     console.print(Text(f"artifacts: {result.run.artifact_dir}", style="dim"), soft_wrap=True)
+
+
+# --- the tool-call battery ---------------------------------------------------------------------
+
+
+def battery_table(result: BatteryResult) -> Table:
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("case", no_wrap=True)
+    table.add_column("result", no_wrap=True)
+    table.add_column("seconds", justify="right", no_wrap=True)
+    table.add_column("detail")
+    for case in result.cases:
+        table.add_row(
+            case.name,
+            "pass" if case.ok else "FAIL",
+            f"{case.seconds:.2f}",
+            case.detail,
+            style=None if case.ok else "red",
+        )
+    return table
+
+
+def print_battery(console: Console, result: BatteryResult) -> None:
+    """The per-case table, each failed case's response (trimmed), then a verdict."""
+    console.print(battery_table(result))
+    for case in result.cases:
+        if not case.ok and case.response:
+            console.print(Text(f"{case.name}: the response that failed", style="bold red"))
+            console.print(Text(case.response), soft_wrap=True)
+    where = f"{result.base_url} model {result.model}"
+    if result.ok:
+        verdict = Text.assemble(("OK", "bold green"), f": {len(result.cases)} case(s), {where}")
+    else:
+        failed = ", ".join(result.failed)
+        verdict = Text.assemble(
+            ("FAILED", "bold red"),
+            f": {failed} ({len(result.failed)} of {len(result.cases)}), {where}",
+        )
+    console.print(verdict, soft_wrap=True)

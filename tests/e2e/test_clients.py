@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 import yaml
-from labtools import LAB_INVENTORY
+from labtools import LAB_INVENTORY, node_sh
 
 from gx10 import ProvisionResult, lab, provision
 from gx10.cli import main
@@ -129,3 +129,49 @@ def test_an_output_limit_the_server_cannot_serve_is_refused(configs: Path, tmp_p
     assert code == 0  # allowed (not above the context), but no room is left for the prompt
     with pytest.raises(openai.BadRequestError):
         first_chunk(request_of("pi", out))
+
+
+# --- the tool-call battery against the lab's head (gx10 smoke --battery) ---------------------
+
+# long-argument and reasoning stay unit-level (tests/unit/test_battery.py): their outputs take
+# the simulator's decode time at the lab's time scale.
+LAB_CASES = ("parallel", "nested", "stream", "tool-choice", "agent-loop", "messages")
+HEAD, SERVE_CONTAINER = "gx10-a", "gx10-vllm"
+BREAK_FILE = "/run/gx10-vllm-sim/break"  # vllm_sim DEFAULT_BREAK_FILE, read at every request
+
+
+def set_break(mode: str | None) -> None:
+    """Write (or remove) the head simulator's break file, as a test on the lab flips it."""
+    script = (
+        f"mkdir -p {Path(BREAK_FILE).parent} && printf %s {mode} > {BREAK_FILE}"
+        if mode
+        else f"rm -f {BREAK_FILE}"
+    )
+    node_sh(HEAD, f"docker exec {SERVE_CONTAINER} sh -c '{script}'")
+
+
+def battery_json(capsys: pytest.CaptureFixture[str], *cases: str) -> tuple[int, dict[str, Any]]:
+    args = ["smoke", "-i", str(LAB_INVENTORY), "--battery", "--json", "--timeout", "60"]
+    code = main([*args, *(arg for case in cases for arg in ("--case", case))])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_the_tool_call_battery_passes_and_a_broken_parser_fails_it(
+    served: ProvisionResult, capsys: pytest.CaptureFixture[str]
+) -> None:
+    set_break(None)
+    code, result = battery_json(capsys, *LAB_CASES)
+    assert code == 0, [(c["name"], c["detail"]) for c in result["cases"] if not c["ok"]]
+    assert [c["name"] for c in result["cases"]] == list(LAB_CASES)
+    try:
+        set_break("parallel,messages")  # no restart: the simulator reads the file per request
+        code, result = battery_json(capsys, "parallel", "stream", "messages")
+        assert code == 2
+        failed = {c["name"]: c for c in result["cases"] if not c["ok"]}
+        assert sorted(failed) == ["messages", "parallel"]  # stream still passes
+        assert "got get_weather" in failed["parallel"]["detail"]
+        assert failed["messages"]["response"]
+    finally:
+        set_break(None)
+    code, result = battery_json(capsys, "parallel")
+    assert code == 0, result

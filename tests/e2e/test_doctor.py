@@ -1,4 +1,5 @@
-"""gx10 doctor on the lab: silent when healthy, names the fault when the GID table shifts."""
+"""gx10 doctor on the lab: silent when healthy, names the fault when the GID table shifts, and
+names a draft accepted far below the field's rate (a draft loaded wrong: no error, slow decode)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,21 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import pytest
+import yaml
 from labtools import LAB_INVENTORY, node_sh
 
 from gx10 import lab, provision
+from gx10.doctor import engine_metrics
+
+LAB_VARS = yaml.safe_load((LAB_INVENTORY / "group_vars" / "all.yml").read_text(encoding="utf-8"))
+_HOSTS = yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text(encoding="utf-8"))
+HEAD = _HOSTS["all"]["children"]["gx10"]["children"]["head"]["hosts"]["gx10-a"]["gx10_api_host"]
+HEAD_API = f"http://{HEAD}:8000"  # gx10_serve_port's default
+LOW_ACCEPTANCE = 0.4  # a draft that works at half the field's rate
 
 
 def _doctor() -> tuple[int, dict]:
@@ -67,3 +78,60 @@ def test_a_shifted_gid_table_is_named_with_its_fix(gid_shift: str) -> None:
     assert "enp1s0f0np0 3 -> 6" in finding["summary"]
     assert "rerun the NCCL stage" in finding["fix"]
     assert "then the serve stage" in finding["fix"]
+
+
+@pytest.fixture
+def low_acceptance(converged: None) -> Iterator[str]:
+    """The head's draft accepted at 0.4: GX10_SIM_SPEC_ACCEPTANCE is read when the simulator
+    starts, so the serve stage restarts the pair with it, and without it at the end. A switch
+    while serving would not do: the counters count from the start, so moving their rate needs as
+    many tokens as the head ever served, and would leave it low for the doctor runs after this;
+    a restart also starts the counters afresh, so the doctor sees only what this test made."""
+    env = {**LAB_VARS["vllm_serve_extra_env"], "GX10_SIM_SPEC_ACCEPTANCE": str(LOW_ACCEPTANCE)}
+    result = provision(LAB_INVENTORY, "serve.yml", extravars={"vllm_serve_extra_env": env})
+    assert result.ok, result.failed_tasks
+    try:
+        yield HEAD_API
+    finally:
+        restored = provision(LAB_INVENTORY, "serve.yml")
+        assert restored.ok, restored.failed_tasks
+
+
+def _generate(api: str, requests: int, max_tokens: int) -> None:
+    """`requests` completions of `max_tokens` at once (the lab serves 12 sequences)."""
+
+    def one(n: int) -> int:
+        body = {
+            "model": "deepseek-v4-flash",
+            "prompt": f"Draft badly, request {n}:",
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+        }
+        return httpx.post(f"{api}/v1/completions", json=body, timeout=180).status_code
+
+    with ThreadPoolExecutor(requests) as pool:
+        assert set(pool.map(one, range(requests))) == {200}
+
+
+def test_a_low_draft_acceptance_is_named_with_its_rate(low_acceptance: str) -> None:
+    # About 3 tokens a step at 0.4 (1 + 5 x 0.4), 5 draft tokens each: 12 x 150 tokens are about
+    # 3,000 draft tokens, three times what the rule needs. Bounded: three rounds at most.
+    for _round in range(3):
+        _generate(low_acceptance, requests=12, max_tokens=150)
+        scraped = engine_metrics.scrape(low_acceptance)
+        assert scraped.problem is None, scraped.problem
+        assert scraped.spec is not None
+        if scraped.spec.draft_tokens >= 2 * engine_metrics.MIN_DRAFT_TOKENS:
+            break
+    rc, report = _doctor()
+    assert rc == 2, report
+    found = [f for f in report["findings"] if f["code"] == "SPEC_ACCEPTANCE_LOW"]
+    assert [(f["node"], f["severity"]) for f in found] == [("gx10-a", "error")], report
+    finding = found[0]
+    measured = report["nodes"]["gx10-a"]["spec_decode"]
+    assert abs(measured["acceptance"] - LOW_ACCEPTANCE) < 0.05, measured
+    assert f"accepts {measured['acceptance']:.1%} of its draft tokens" in finding["summary"]
+    assert "expected 83%-87%" in finding["summary"]
+    assert "vllm:spec_decode_num_draft_tokens_total" in finding["evidence"]
+    assert f"{HEAD_API}/metrics" in finding["evidence"]
+    assert "--speculative-config" in finding["fix"]

@@ -6,12 +6,15 @@ stage refuses a node whose copy does not verify.
 
 from __future__ import annotations
 
+import hashlib
 import re
+from pathlib import Path
 
 import pytest
 from labtools import LAB_INVENTORY, node_sh
 
 from gx10 import ProvisionResult, lab, provision
+from gx10.lab import images
 
 CONTAINER = "gx10-vllm"
 MODEL_DIR = "/srv/models/DeepSeek-V4-Flash-0731"
@@ -321,3 +324,74 @@ def test_stop_takes_the_head_then_the_workers_down_by_name(served: ProvisionResu
         node_sh("gx10-a", "docker rm -f gx10-vllm-scratch >/dev/null", check=False)
     restarted = _serve()
     assert restarted.ok, restarted.failed_tasks
+
+
+# Runtime fixes (vllm_serve_overlay): the simulator's chat encoding stands in for the image's
+# vllm/tokenizers/deepseek_v4_encoding.py; the image carries the repository's file as it is.
+ENCODING = f"{images.SIM_LIB}/vllm_sim/deepseek_v4_encoding.py"
+ENCODING_BASE = hashlib.sha256(
+    (images.VLLM_SIM_PACKAGE / "deepseek_v4_encoding.py").read_bytes()
+).hexdigest()
+OVERLAY_DIR = "/var/lib/gx10/vllm-overlay"
+
+
+def _overlay(tmp_path: Path, base: str) -> tuple[list[dict[str, str]], str]:
+    """The lab's encoding plus one line, as a reviewed replacement of the image's file."""
+    fix = tmp_path / "deepseek_v4_encoding.py"
+    fix.write_bytes(
+        (images.VLLM_SIM_PACKAGE / "deepseek_v4_encoding.py").read_bytes()
+        + b"# gx10 e2e: a runtime fix\n"
+    )
+    fixed = hashlib.sha256(fix.read_bytes()).hexdigest()
+    entry = {"path": ENCODING, "source": str(fix), "base_sha256": base, "sha256": fixed,
+             "why": "test equipment (tests/e2e/test_serve.py)"}  # fmt: skip
+    return [entry], fixed
+
+
+def test_an_overlay_for_another_image_is_refused_before_any_rank_changes(
+    served: ProvisionResult, tmp_path: Path
+) -> None:
+    before = {n: _container_id(n) for n in ("gx10-a", "gx10-b")}
+    image = node_sh("gx10-a", f"docker inspect -f '{{{{.Config.Image}}}}' {CONTAINER}").strip()
+    overlay, _ = _overlay(tmp_path, base="0" * 64)
+    result = _serve(vllm_serve_overlay=overlay)
+    assert not result.ok
+    failed = {t.host: t.message for t in result.failed_tasks}
+    assert set(failed) == {"gx10-a", "gx10-b"}, failed  # refused on every node
+    for node, message in failed.items():
+        assert f"{node}: the image {image} has {ENCODING} with sha256 {ENCODING_BASE}" in message
+        assert f"reviewed against base_sha256 {'0' * 64}" in message
+        assert "review the overlay for this image" in message
+    assert {n: _container_id(n) for n in ("gx10-a", "gx10-b")} == before
+    for node in ("gx10-a", "gx10-b"):
+        assert not node_sh(node, f"ls {OVERLAY_DIR} 2>/dev/null || true").strip()
+
+
+def test_an_overlay_is_applied_and_verified_in_every_rank(
+    served: ProvisionResult, tmp_path: Path
+) -> None:
+    overlay, fixed = _overlay(tmp_path, base=ENCODING_BASE)
+    try:
+        result = _serve(vllm_serve_overlay=overlay)
+        assert result.ok, result.failed_tasks
+        for node in ("gx10-a", "gx10-b"):
+            seen = node_sh(node, f"docker exec {CONTAINER} sha256sum {ENCODING}").split()[0]
+            assert seen == fixed
+            log = node_sh(node, f"docker logs {CONTAINER} 2>&1")
+            assert f"DeepSeek V4 encoding {ENCODING} (sha256 {fixed})" in log, log[-2000:]
+        metrics = node_sh("gx10-a", "curl -sf http://127.0.0.1:8000/metrics")
+        assert f'encoding_sha256="{fixed}"' in metrics
+        again = _serve(vllm_serve_overlay=overlay)
+        assert again.ok, again.failed_tasks
+        assert again.changed_total == 0
+    finally:
+        restored = _serve()
+        assert restored.ok, restored.failed_tasks
+    # The restored pair runs the image's own file; the next run removes the unused replacement.
+    assert f'encoding_sha256="{ENCODING_BASE}"' in node_sh(
+        "gx10-a", "curl -sf http://127.0.0.1:8000/metrics"
+    )
+    pruned = _serve()
+    assert pruned.ok, pruned.failed_tasks
+    for node in ("gx10-a", "gx10-b"):
+        assert not node_sh(node, f"ls {OVERLAY_DIR}").strip()

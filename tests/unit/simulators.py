@@ -9,13 +9,22 @@ tests/fixtures/ip-addr.
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
+import io
 import stat
 import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from gx10.lab.simulators import vllm_sim
 from gx10.lab.simulators.rdma_sysfs import sync
+from gx10.lab.simulators.vllm_sim.api import Server, ServerConfig
+from gx10.lab.simulators.vllm_sim.http_server import ApiServer
+from gx10.lab.simulators.vllm_sim.model import ModelInfo
 
 ROOT = Path(__file__).resolve().parents[2]
 SIMULATORS = ROOT / "python" / "gx10" / "lab" / "simulators"
@@ -66,3 +75,65 @@ def node_gid_tables(root: Path, host_octet: str, shift: int = 0, *, reset: bool 
         shift=shift,
         reset=reset,
     )
+
+
+@dataclass(frozen=True)
+class InProcessHead:
+    """A vLLM simulator head served from this process: its URL, model, key and break file."""
+
+    url: str
+    model: str
+    api_key: str
+    break_file: Path
+    log: io.StringIO
+
+
+@contextlib.contextmanager
+def vllm_sim_head(
+    workdir: Path,
+    *,
+    model: str = "deepseek-v4-flash",
+    api_key: str = "battery-secret",
+    max_model_len: int = 65536,
+    breaks: tuple[str, ...] = (),
+    time_scale: float = 0.0,
+) -> Iterator[InProcessHead]:
+    """The simulator's API server (the head's, without the rendezvous and boot) on a loopback
+    ephemeral port, serving as the reference flags do (deepseek_v4 tool and reasoning parsers,
+    auto tool choice, thinking off by default, --api-key); instant at time scale 0 (the
+    default), timed as the lab's head at 1. Shut down and closed when the block ends."""
+    env = vllm_sim.SimEnv(
+        time_scale=time_scale,
+        state_dir=workdir / "nvidia-smi",
+        stall_file=workdir / "stall",
+        breaks=breaks,
+        break_file=workdir / "break",
+    )
+    out = io.StringIO()
+    log = vllm_sim.Log(out=out)
+    engine = vllm_sim.Engine(env, 12, 0, log)
+    config = ServerConfig(
+        served_names=(model,),
+        model=ModelInfo(str(workdir / "model"), "DeepseekV4ForCausalLM", 1048576, None),
+        max_model_len=max_model_len,
+        api_keys=(api_key,),
+        reasoning_parser="deepseek_v4",
+        tool_parser="deepseek_v4",
+        auto_tools=True,
+        default_kwargs={"thinking": False},
+        seed=0,
+    )
+    httpd = ApiServer(("127.0.0.1", 0), Server(config, engine), log)
+    httpd.server_bind()
+    httpd.server_activate()
+    thread = threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
+    thread.start()
+    try:
+        port = httpd.server_address[1]
+        yield InProcessHead(f"http://127.0.0.1:{port}", model, api_key, env.break_file, out)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5)

@@ -10,6 +10,7 @@ import pytest
 
 from gx10 import cli
 from gx10.doctor import ContainerEvidence, Evidence
+from gx10.doctor import engine_metrics as em
 from gx10.doctor import rules as r
 from gx10.errors import InventoryNotFoundError
 from gx10.provision import HostStats, ProvisionResult
@@ -163,3 +164,51 @@ def test_measure_bandwidth_passes_the_figures_to_the_evidence_play(
     assert calls[1][1]["extravars"] == {"doctor_bandwidth_gbps": figures}
     findings = json.loads(capsys.readouterr().out)["findings"]
     assert [(f["code"], f["node"]) for f in findings] == [(r.BANDWIDTH_DEGRADED, "gx10-b")]
+
+
+def test_the_heads_draft_acceptance_is_read_judged_and_shown(
+    collected: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """The CLI reads the head's /metrics (with the key of --api-key-file) after the evidence
+    play; a low rate is an error finding, and the counters are in the node's JSON."""
+    dspark = {"method": "dspark", "num_speculative_tokens": 5}
+    collected["evidences"] = [
+        _node("gx10-a", 0, endpoint="http://gx10-a:8000/v1", speculative=dspark),
+        _node("gx10-b", 1, endpoint="http://gx10-b:8000/v1", speculative=dspark),
+    ]
+    counters = em.SpecDecodeCounters(2000.0, 10000.0, 4000.0, (1500.0, 1000.0, 800.0, 500.0, 200.0))
+    asked: list[tuple[str, str | None]] = []
+
+    def fake_scrape(endpoint: str, *, api_key: str | None = None, timeout: float = 5.0) -> Any:
+        asked.append((endpoint, api_key))
+        return em.EngineScrape("http://gx10-a:8000/metrics", counters)
+
+    monkeypatch.setattr(em, "scrape", fake_scrape)
+    key = tmp_path / "key"
+    key.write_text("s3cret\n")
+    code = cli.main(["doctor", "-i", "inv", "--json", "--api-key-file", str(key)])
+    assert code == cli.EXIT_FAILED
+    assert asked == [("http://gx10-a:8000/v1", "s3cret")]  # the head only
+    document = json.loads(capsys.readouterr().out)
+    assert [(f["code"], f["severity"]) for f in document["findings"]] == [
+        (r.SPEC_ACCEPTANCE_LOW, "error")
+    ]
+    spec = document["nodes"]["gx10-a"]["spec_decode"]
+    assert (spec["acceptance"], spec["draft_tokens"], spec["url"]) == (
+        0.4,
+        10000.0,
+        "http://gx10-a:8000/metrics",
+    )
+    assert document["nodes"]["gx10-b"] == {"reachable": True}
+
+
+def test_an_unreadable_api_key_file_is_a_setup_error(
+    collected: dict[str, Any], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code = cli.main(["doctor", "-i", "inv", "--api-key-file", str(tmp_path / "missing")])
+    assert code == cli.EXIT_ERROR
+    assert f"cannot read --api-key-file {tmp_path / 'missing'}" in capsys.readouterr().err
+    assert collected["calls"] == []  # refused before any node is asked

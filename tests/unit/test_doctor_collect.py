@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import json
-from collections.abc import Callable
+import random
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +23,12 @@ import pytest
 from gx10._collection import load as module_utils
 from gx10.doctor import ContainerEvidence, diagnose
 from gx10.doctor import collect as c
+from gx10.doctor import engine_metrics as em
 from gx10.doctor import rules as r
 from gx10.errors import Gx10Error
+from gx10.lab.simulators import vllm_sim as sim
 from gx10.lab.simulators.rdma_sysfs import sync
+from gx10.lab.simulators.vllm_sim.metrics import render_metrics
 from gx10.provision import FailedTask, HostStats, ProvisionResult
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +36,7 @@ RECORDING = ROOT / "tests" / "fixtures" / "ip-addr" / "1-rail-ipv4.json"
 RAIL0, RAIL1 = "enp1s0f0np0", "enP2p1s0f0np0"
 DEV0, DEV1 = "rocep1s0f0", "roceP2p1s0f0"
 OCTETS = {"gx10-a": "10", "gx10-b": "11"}
+DSPARK = {"method": "dspark", "num_speculative_tokens": 5, "draft_sample_method": "probabilistic"}
 ENV_TEXT = """\
 # Managed by Ansible (role nccl_env) for gx10-a: read by docker run --env-file.
 NCCL_IB_HCA=rocep1s0f0,roceP2p1s0f0
@@ -139,6 +147,8 @@ def raw_node(tmp_path: Path, node: str, *, shift: int = 0) -> dict[str, Any]:
         "clock_lock": {"rc": 0, "stdout": "Not Active"},
         "bandwidth_gbps": {},
         "sm_clock_policy_mhz": None,
+        "endpoint": f"http://192.168.1.{octet}:8000/v1",
+        "speculative_config": dict(DSPARK),
     }
 
 
@@ -568,3 +578,116 @@ def test_the_known_bad_builds_the_node_matched_are_kept(tmp_path: Path) -> None:
     ev = c.parse_evidence("gx10-b", raw)
     assert ev.known_faults == ()
     assert ev.problems == ("kernel build: ignore: kho is no known fault",)
+
+
+# --- the head engine's counters (read on the controller) -------------------------------------
+
+
+def test_the_speculative_config_is_parsed(tmp_path: Path) -> None:
+    raw = raw_node(tmp_path, "gx10-a")
+    assert c.parse_evidence("gx10-a", raw).speculative == DSPARK
+    for off in ({}, None, "", []):
+        raw["speculative_config"] = off
+        assert c.parse_evidence("gx10-a", raw).speculative is None
+
+
+def _scraped(monkeypatch: pytest.MonkeyPatch, got: em.EngineScrape) -> list[tuple[str, Any]]:
+    calls: list[tuple[str, Any]] = []
+
+    def fake(endpoint: str, *, api_key: str | None = None, timeout: float = 5.0) -> Any:
+        calls.append((endpoint, api_key))
+        return got
+
+    monkeypatch.setattr(em, "scrape", fake)
+    return calls
+
+
+def _cluster(tmp_path: Path) -> list[Any]:
+    return [c.parse_evidence(n, raw_node(tmp_path, n)) for n in OCTETS]
+
+
+def test_only_the_serving_head_is_scraped(
+    tmp_path: Path, plan: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counters = em.SpecDecodeCounters(2000.0, 10000.0, 8500.0)
+    calls = _scraped(monkeypatch, em.EngineScrape("http://192.168.1.10:8000/metrics", counters))
+    head, worker = c.read_engine_metrics(_cluster(tmp_path), plan, api_key="k")
+    assert calls == [("http://192.168.1.10:8000/v1", "k")]
+    assert (head.spec_decode, head.metrics_url) == (counters, "http://192.168.1.10:8000/metrics")
+    assert head.problems == ()
+    assert worker.spec_decode is None
+    stopped = [dataclasses.replace(ev, containers=()) for ev in _cluster(tmp_path)]
+    calls.clear()
+    assert c.read_engine_metrics(stopped, plan) == stopped
+    assert calls == []
+
+
+def test_unread_metrics_are_named_and_the_rule_stays_silent(
+    tmp_path: Path, plan: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    why = "http://192.168.1.10:8000/metrics did not answer (ConnectError: refused)"
+    _scraped(monkeypatch, em.EngineScrape("http://192.168.1.10:8000/metrics", problem=why))
+    evidences = c.read_engine_metrics(_cluster(tmp_path), plan)
+    assert evidences[0].problems == (f"engine metrics not read: {why}",)
+    found = {(f.code, f.node) for f in diagnose(evidences, plan)}
+    assert found == {(r.EVIDENCE_INCOMPLETE, "gx10-a")}
+
+
+def test_a_configured_draft_without_counters_is_named(
+    tmp_path: Path, plan: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _scraped(monkeypatch, em.EngineScrape("http://192.168.1.10:8000/metrics"))
+    head, _worker = c.read_engine_metrics(_cluster(tmp_path), plan)
+    (problem,) = head.problems
+    assert problem.startswith(
+        "engine metrics: http://192.168.1.10:8000/metrics exports no "
+        "vllm:spec_decode_num_draft_tokens_total although vllm_serve_speculative_config sets "
+    )
+    assert "'method': 'dspark'" in problem
+
+
+@pytest.fixture
+def simulated_head() -> Iterator[str]:
+    """A loopback /metrics serving what the vLLM simulator exports after a badly drafting run."""
+    engine = sim.Engine(sim.SimEnv(spec_acceptance=0.4), 12, 5, sim.Log())
+    rng = random.Random(7)
+    for _ in range(1000):
+        engine.spec_step(rng)
+    text = render_metrics(engine, "deepseek-v4-flash").encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.end_headers()
+            self.wfile.write(text)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=10)
+
+
+def test_a_badly_drafting_head_is_named_end_to_end(
+    tmp_path: Path, plan: dict[str, Any], simulated_head: str
+) -> None:
+    raws = {n: raw_node(tmp_path, n) for n in OCTETS}
+    raws["gx10-a"]["endpoint"] = simulated_head
+    evidences = [c.parse_evidence(n, raw) for n, raw in raws.items()]
+    evidences = c.read_engine_metrics(evidences, plan, timeout=10.0)
+    head = evidences[0]
+    assert head.problems == ()
+    assert head.spec_decode is not None
+    assert head.spec_decode.draft_tokens == 5000
+    findings = diagnose(evidences, plan)
+    assert [(f.code, f.severity, f.node) for f in findings] == [
+        (r.SPEC_ACCEPTANCE_LOW, "error", "gx10-a")
+    ]
+    assert simulated_head.removesuffix("/v1") + "/metrics" in findings[0].evidence

@@ -29,6 +29,7 @@ from gx10.doctor import (
     print_findings,
 )
 from gx10.doctor import rules as r
+from gx10.doctor.engine_metrics import SpecDecodeCounters
 from gx10.doctor.pair import PairBreaker, PairGid, PairReport, PairRestart
 from gx10.lab.simulators.rdma_sysfs import sync
 
@@ -37,6 +38,15 @@ RECORDINGS = ROOT / "tests" / "fixtures" / "ip-addr"
 RAIL0, RAIL1 = "enp1s0f0np0", "enP2p1s0f0np0"
 DEV0, DEV1 = "rocep1s0f0", "roceP2p1s0f0"
 OCTETS = {"gx10-a": "10", "gx10-b": "11"}
+# The serve stage's draft (roles/vllm_serve defaults) and the head's counters over 2,000 drafts.
+DSPARK = {"method": "dspark", "num_speculative_tokens": 5, "draft_sample_method": "probabilistic"}
+
+
+def spec(accepted: float, draft_tokens: float = 10000.0) -> SpecDecodeCounters:
+    """Counters of k=5 drafts with `accepted` of `draft_tokens` taken, front positions first."""
+    drafts = draft_tokens / 5
+    per_position = tuple(min(max(accepted - i * drafts, 0.0), drafts) for i in range(5))
+    return SpecDecodeCounters(drafts, draft_tokens, accepted, per_position)
 
 
 def _recording(name: str, octet: str) -> str:
@@ -345,6 +355,12 @@ FAULTS: dict[str, Case] = {
         "gx10-a",
         "gx10-gpu-clock apply",
     ),
+    "draft acceptance far below the field's": (
+        lambda t, _p: cluster(t, "gx10-a", speculative=DSPARK, spec_decode=spec(4000.0)),
+        r.SPEC_ACCEPTANCE_LOW,
+        "gx10-a",
+        "--speculative-config",
+    ),
     "known-bad kernel build": (
         lambda t, _p: cluster(t, "gx10-b", known_faults=kho_fault()),
         r.KNOWN_BAD_BUILD,
@@ -483,6 +499,31 @@ NEAR_MISSES: dict[str, tuple[Callable[[dict[str, Any], Path], list[Evidence]], s
         lambda t, _p: [node_evidence(n, t, containers=()) for n in OCTETS],
         r.WORKER_GONE,
     ),
+    "draft acceptance in the field's range": (
+        lambda t, _p: cluster(t, "gx10-a", speculative=DSPARK, spec_decode=spec(8500.0)),
+        r.SPEC_ACCEPTANCE_LOW,
+    ),
+    "too few draft tokens to judge": (
+        lambda t, _p: cluster(t, "gx10-a", speculative=DSPARK, spec_decode=spec(100.0, 999.0)),
+        r.SPEC_ACCEPTANCE_LOW,
+    ),
+    "counters not read": (
+        lambda t, _p: cluster(t, "gx10-a", speculative=DSPARK, spec_decode=None),
+        r.SPEC_ACCEPTANCE_LOW,
+    ),
+    "no figure for this draft config": (
+        lambda t, _p: cluster(
+            t,
+            "gx10-a",
+            speculative={**DSPARK, "num_speculative_tokens": 3},
+            spec_decode=spec(1000.0, 6000.0),
+        ),
+        r.SPEC_ACCEPTANCE_LOW,
+    ),
+    "speculative decoding off": (
+        lambda t, _p: cluster(t, "gx10-a", speculative={}, spec_decode=spec(4000.0)),
+        r.SPEC_ACCEPTANCE_LOW,
+    ),
     "cap as the policy wants": (
         lambda t, _p: cluster(t, "gx10-a", sm_clock_cap_mhz=1400, sm_clock_policy_mhz=1400),
         r.CLOCK_CAP_LEFT,
@@ -592,3 +633,52 @@ def test_doctor_and_the_fabric_role_share_the_thresholds() -> None:
     assert defaults["fabric_min_total_gbps"] == fabric.MIN_TOTAL_GBPS
     assert list(fabric.DEGRADED_BAND_GBPS) == defaults["fabric_degraded_band_gbps"]
     assert defaults["fabric_min_link_speed_mbps"] == fabric.MIN_LINK_SPEED_MBPS
+
+
+@pytest.mark.parametrize(
+    ("accepted", "severity"),
+    [(7800.0, None), (7799.0, "warning"), (5800.0, "warning"), (5799.0, "error"), (0.0, "error")],
+)
+def test_draft_acceptance_bands(
+    tables: Any, plan: Any, accepted: float, severity: str | None
+) -> None:
+    """ok from 0.78 (0.94 x the field's low 0.83), a warning down to 0.58 (0.70 x), an error."""
+    evs = cluster(tables, "gx10-a", speculative=DSPARK, spec_decode=spec(accepted))
+    found = [f for f in diagnose(evs, plan) if f.code == r.SPEC_ACCEPTANCE_LOW]
+    assert [f.severity for f in found] == ([severity] if severity else [])
+
+
+def test_low_draft_acceptance_names_rate_counters_range_and_causes(tables: Any, plan: Any) -> None:
+    evs = cluster(
+        tables,
+        "gx10-a",
+        speculative=DSPARK,
+        spec_decode=spec(4000.0),
+        metrics_url="http://gx10-a:8000/metrics",
+    )
+    (finding,) = [f for f in diagnose(evs, plan) if f.code == r.SPEC_ACCEPTANCE_LOW]
+    assert (finding.severity, finding.node) == ("error", "gx10-a")
+    assert finding.summary == (
+        "speculative decoding accepts 40.0% of its draft tokens, expected 83%-87%: a decode step "
+        "yields 3.00 tokens instead of 5.15-5.35"
+    )
+    assert finding.evidence.startswith(
+        "vllm:spec_decode_num_accepted_tokens_total 4000 / "
+        "vllm:spec_decode_num_draft_tokens_total 10000 = 0.400 over "
+        "vllm:spec_decode_num_drafts_total 2000; accepted per position 1.00, 1.00, 0.00, 0.00, "
+        "0.00 (from http://gx10-a:8000/metrics); expected 83%-87% for dspark k=5 (FIELD_NOTES "
+        "section 1"
+    )
+    assert "warning below 0.78" in finding.evidence
+    assert "error below 0.58" in finding.evidence
+    for cause in ("draft (MTP) weights", "-p model.yml", "--speculative-config", "image"):
+        assert cause in finding.fix
+    assert "method dspark, num_speculative_tokens 5" in finding.fix
+    assert "gx10 provision -i INV -t serve" in finding.fix
+
+
+def test_a_server_drafting_another_k_than_the_inventory_is_named(tables: Any, plan: Any) -> None:
+    three = SpecDecodeCounters(2000.0, 6000.0, 2000.0, (1500.0, 400.0, 100.0))
+    evs = cluster(tables, "gx10-a", speculative=DSPARK, spec_decode=three)
+    (finding,) = [f for f in diagnose(evs, plan) if f.code == r.SPEC_ACCEPTANCE_LOW]
+    assert "the server drafts 3 tokens per step, the inventory's config 5" in finding.evidence

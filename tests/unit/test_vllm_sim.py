@@ -390,7 +390,7 @@ def test_single_node_keeps_reasoning_inline_without_a_parser(lab: Launcher) -> N
     content = reply.choices[0].message.content or ""
     assert "</think>" in content
     assert "<think>" not in content  # the template opened it in the prompt
-    assert getattr(reply.choices[0].message, "reasoning_content", None) is None
+    assert getattr(reply.choices[0].message, "reasoning", None) is None
     stream = client.completions.create(
         model=str(lab.model), prompt="Once upon a time", max_tokens=8, stream=True
     )
@@ -797,7 +797,8 @@ def test_streaming_sends_several_chunks_then_usage(client: OpenAI) -> None:
     assert chunks[-1].usage.completion_tokens == 40 or finals[-1] == "stop"
 
 
-def test_reasoning_content_when_thinking_is_on(client: OpenAI) -> None:
+def test_reasoning_field_when_thinking_is_on(client: OpenAI) -> None:
+    """vLLM's `reasoning` (it replaced `reasoning_content`, removed in early 2026: PR 33402)."""
     reply = client.chat.completions.create(
         model=SERVED,
         messages=[{"role": "user", "content": "Think first."}],
@@ -805,13 +806,13 @@ def test_reasoning_content_when_thinking_is_on(client: OpenAI) -> None:
         extra_body={"chat_template_kwargs": {"thinking": True}},
     )
     message = reply.choices[0].message
-    reasoning = getattr(message, "reasoning_content", None)
-    assert reasoning
+    assert getattr(message, "reasoning", None)
+    assert getattr(message, "reasoning_content", None) is None
     assert "<think>" not in (message.content or "")
     plain = client.chat.completions.create(
         model=SERVED, messages=[{"role": "user", "content": "Think first."}], max_tokens=20
     )
-    assert getattr(plain.choices[0].message, "reasoning_content", None) is None
+    assert getattr(plain.choices[0].message, "reasoning", None) is None
 
 
 def test_tool_definition_yields_a_parsed_tool_call(client: OpenAI) -> None:

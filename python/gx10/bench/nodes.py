@@ -265,8 +265,9 @@ def load_cluster(
         raise InventoryError(f"cannot read inventory {', '.join(sources)}: {exc}") from exc
     if not hosts or hosts[0][0] != "head":
         raise InventoryError(
-            f"inventory {', '.join(sources)} has no host in group 'head': gx10 bench -i and "
-            "gx10 clients -i reach the API on the head; add the head node to group 'head'"
+            f"inventory {', '.join(sources)} has no host in group 'head': gx10 bench -i, "
+            "gx10 clients -i and gx10 smoke -i reach the API on the head; add the head node to "
+            "group 'head'"
         )
 
     def read(host: Any, names: Sequence[str]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Gather the doctor's evidence: run playbooks/doctor.yml and read each node's result.
+"""Gather the doctor's evidence: run playbooks/doctor.yml and read each node's result, then read
+the head engine's counters from its /metrics on the controller (`read_engine_metrics`).
 
 The playbook ends every node with one task whose result holds a JSON-serialisable
 ``gx10_doctor_evidence`` dict (see playbooks/doctor.yml); `collect` picks those, and the cluster
@@ -12,11 +13,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import ipaddress
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from gx10.doctor import engine_metrics
 from gx10.doctor.pair import PairReport, PairReportError, parse_pair_report
 from gx10.doctor.rules import ContainerEvidence, Evidence, KnownFault, RailEvidence
 from gx10.errors import Gx10Error
@@ -156,6 +159,49 @@ class _Gatherer:
             self.plan = dict(res["plan"])
 
 
+def read_engine_metrics(
+    evidences: Sequence[Evidence],
+    plan: Mapping[str, Any],
+    *,
+    api_key: str | None = None,
+    timeout: float = engine_metrics.METRICS_TIMEOUT,
+) -> list[Evidence]:
+    """The evidences with the head's speculative-decoding counters, read from its /metrics.
+
+    Only a head whose serving container runs is asked (a stopped one is a finding already). What
+    could not be read is one of the head's `problems` (the doctor names it as incomplete evidence,
+    and the acceptance rule stays silent); so is a server that exports no speculative counters
+    although the serve stage configures a draft.
+    """
+    head = str(plan.get("head") or "")
+    out = []
+    for ev in evidences:
+        if ev.node == head and ev.reachable and ev.endpoint and _serving(ev):
+            got = engine_metrics.scrape(ev.endpoint, api_key=api_key, timeout=timeout)
+            out.append(_with_engine_metrics(ev, got))
+        else:
+            out.append(ev)
+    return out
+
+
+def _serving(ev: Evidence) -> bool:
+    return any(c.state == "running" for c in ev.containers)
+
+
+def _with_engine_metrics(ev: Evidence, got: engine_metrics.EngineScrape) -> Evidence:
+    if got.problem is not None:
+        problem = f"engine metrics not read: {got.problem}"
+        return dataclasses.replace(ev, problems=(*ev.problems, problem))
+    if got.spec is None and ev.speculative:
+        problem = (
+            f"engine metrics: {got.url} exports no {engine_metrics.DRAFT_TOKENS} although "
+            f"vllm_serve_speculative_config sets {dict(ev.speculative)}; draft acceptance not "
+            "measured"
+        )
+        return dataclasses.replace(ev, problems=(*ev.problems, problem), metrics_url=got.url)
+    return dataclasses.replace(ev, spec_decode=got.spec, metrics_url=got.url)
+
+
 def _plan_nodes(plan: Mapping[str, Any]) -> list[str]:
     nodes = [str(n["name"]) for n in plan.get("nodes", []) if isinstance(n, Mapping)]
     return nodes or sorted(str(name) for name in plan.get("hosts", {}))
@@ -217,6 +263,7 @@ def parse_evidence(node: str, raw: Mapping[str, Any] | None) -> Evidence:
         known_faults=known_faults,
         supervisor_installed=_bool(pair_section.get("installed", False)),
         pair=pair,
+        speculative=_speculative(raw.get("speculative_config")),
     )
 
 
@@ -235,6 +282,11 @@ def _pair(section: Mapping[str, Any], problems: list[str]) -> PairReport | None:
     except PairReportError as exc:
         problems.append(f"pair supervisor status not understood ({agent} status --json): {exc}")
         return None
+
+
+def _speculative(value: object) -> dict[str, Any] | None:
+    """vllm_serve_speculative_config as the serve stage renders it; None when unset or empty."""
+    return {str(k): v for k, v in value.items()} if isinstance(value, Mapping) and value else None
 
 
 def _text(value: object) -> str | None:

@@ -1,10 +1,12 @@
 """Diagnose the known faults of a GB10 cluster from evidence gathered on its nodes.
 
 Pure Python: no Ansible. `Evidence` is what one node showed (rails, GID tables, the NCCL env file,
-containers, measured bandwidth, clock cap, the pair supervisor's report); `diagnose` turns a list
-of them plus the cluster plan (`gx10_plan`, from `gx10.cluster.validate_cluster`) into `Finding`s,
-each with the evidence and the fix. The faults and their remedies are the ones in FIELD_NOTES
-sections 2 to 4, and the pair supervisor's (roles/vllm_supervisor/README.md).
+containers, measured bandwidth, clock cap, the pair supervisor's report, the head engine's
+speculative-decoding counters); `diagnose` turns a list of them plus the cluster plan (`gx10_plan`,
+from `gx10.cluster.validate_cluster`) into `Finding`s, each with the evidence and the fix. The
+faults and their remedies are the ones in FIELD_NOTES sections 2 to 4, and the pair supervisor's
+(roles/vllm_supervisor/README.md); the draft acceptance of speculative decoding is judged against
+the model catalog's figure (section 1).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from types import ModuleType
 from typing import Any, Literal, cast
 
 from gx10._collection import load as module_utils
+from gx10.doctor import engine_metrics
+from gx10.doctor.engine_metrics import SpecDecodeCounters
 from gx10.doctor.pair import PairReport
 
 Severity = Literal["error", "warning"]
@@ -45,6 +49,7 @@ HEAD_GONE = "HEAD_GONE"
 CLOCK_CAP_LEFT = "CLOCK_CAP_LEFT"
 EVIDENCE_INCOMPLETE = "EVIDENCE_INCOMPLETE"
 KNOWN_BAD_BUILD = "KNOWN_BAD_BUILD"
+SPEC_ACCEPTANCE_LOW = "SPEC_ACCEPTANCE_LOW"
 
 _RERUN_NCCL = (
     "rerun the NCCL stage (`gx10 provision -i INV -p nccl.yml`): it resolves each node's index "
@@ -138,6 +143,14 @@ class Evidence:
     # `gx10-pair status` (None: not installed, or its status could not be read: see problems).
     supervisor_installed: bool = False
     pair: PairReport | None = None
+    # The --speculative-config the serve stage renders (vllm_serve_speculative_config, e.g.
+    # {method: dspark, num_speculative_tokens: 5}); None or empty: speculative decoding is off.
+    speculative: Mapping[str, Any] | None = None
+    # The head's speculative-decoding counters as its /metrics gave them to the controller
+    # (engine_metrics.scrape), and where; None: not read (the reason is in problems) or the
+    # server exports none.
+    spec_decode: SpecDecodeCounters | None = None
+    metrics_url: str | None = None
 
     @property
     def supervised(self) -> bool:
@@ -725,6 +738,54 @@ def rule_known_bad_build(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> It
             )
 
 
+_SPEC_FIX = (
+    "the draft is not doing its work, so decode is slower than it should be, with no error: "
+    "check that the checkpoint's draft (MTP) weights are all there and load (the model stage "
+    "verifies every file against the manifest: `gx10 provision -i INV -p model.yml`; the head's "
+    "log names the speculative config and the draft it loaded), that "
+    "--speculative-config is the profile's (vllm_serve_speculative_config: {spec}), and that the "
+    "image is the profile's (vllm_image; an image without this draft method for this checkpoint "
+    "drafts badly); then restart the pair (`gx10 provision -i INV -t serve`)"
+)
+
+
+def rule_spec_acceptance(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    """A draft acceptance far below the catalog's figure for the configured draft (silent below
+    MIN_DRAFT_TOKENS proposed tokens, when not measured, or without a figure)."""
+    for ev in _reachable(evs):
+        counters = ev.spec_decode
+        expected = engine_metrics.expected_bands(ev.speculative)
+        if counters is None or expected is None:
+            continue
+        verdict = engine_metrics.judge(counters, expected)
+        rate = counters.acceptance
+        if verdict not in ("warning", "error") or rate is None:
+            continue
+        k = expected.num_speculative_tokens
+        per_step = counters.mean_acceptance_length or 1.0
+        positions = ", ".join(f"{p:.2f}" for p in counters.position_rates()) or "not exported"
+        served_k = counters.tokens_per_draft
+        k_note = (
+            f"; the server drafts {served_k:g} tokens per step, the inventory's config {k}"
+            if served_k is not None and abs(served_k - k) > 1e-6
+            else ""
+        )
+        config = ", ".join(f"{key} {value}" for key, value in (ev.speculative or {}).items())
+        yield Finding(
+            SPEC_ACCEPTANCE_LOW,
+            verdict,
+            ev.node,
+            f"speculative decoding accepts {rate:.1%} of its draft tokens, expected "
+            f"{expected.low:.0%}-{expected.high:.0%}: a decode step yields {per_step:.2f} tokens "
+            f"instead of {1 + k * expected.low:.2f}-{1 + k * expected.high:.2f}",
+            f"{engine_metrics.ACCEPTED} {counters.accepted_tokens:.0f} / "
+            f"{engine_metrics.DRAFT_TOKENS} {counters.draft_tokens:.0f} = {rate:.3f} over "
+            f"{engine_metrics.DRAFTS} {counters.drafts:.0f}{k_note}; accepted per position "
+            f"{positions} (from {ev.metrics_url or 'the head'}); {expected.describe()}",
+            _SPEC_FIX.format(spec=config or "unset"),
+        )
+
+
 RULES: tuple[Rule, ...] = (
     rule_unreachable,
     rule_rail_missing,
@@ -742,5 +803,6 @@ RULES: tuple[Rule, ...] = (
     rule_supervision_tripped,
     rule_clock_cap,
     rule_known_bad_build,
+    rule_spec_acceptance,
     rule_evidence_incomplete,
 )

@@ -12,7 +12,9 @@ GB10 image lives. It keeps the contract the project depends on, as the real serv
 - NCCL/Gloo environment sanity read from sysfs (interfaces, RDMA devices, the RoCE v2 GID index);
 - model directory checks (config.json, trust_remote_code) with transformers/vLLM wording;
 - an OpenAI-compatible API on the head: /health, /v1/models, /v1/chat/completions (SSE, usage,
-  reasoning, tool calls), /v1/completions, /tokenize, /metrics, --api-key.
+  reasoning, tool calls as the deepseek_v4 parser hands them over: ids, JSON arguments, parallel
+  calls, streamed deltas, tool_choice), /v1/completions, /tokenize, /metrics, --api-key; and
+  vLLM's Anthropic-compatible /v1/messages (content blocks, tool_use, stop_reason, usage).
 
 Text is generated deterministically (seeded by the prompt and the request's `seed`); timing comes
 from a pluggable PerfModel. Standalone on purpose: it runs under Debian bookworm's python3.11 with
@@ -22,13 +24,17 @@ is `gx10.lab.simulators.vllm_sim` (`python -m gx10.lab.simulators.vllm_sim serve
 
 Modules, each importing only modules listed before it (tests/unit/test_vllm_sim_image.py checks):
   errors, log, perf       SimFatal and ApiError; vLLM's log format; the timing models
-  env                     SimEnv: every variable below, read once
+  env, breaks             SimEnv: every variable below, read once; the battery's break switch
   cli, model              the `vllm serve` flags; the model directory and the parallel layout
   boot                    a rank's boot phases: weights, torch.compile (and its cache), capture
   comm, rendezvous        NCCL/Gloo checks against sysfs; the head <-> worker channel
-  tokenizer, generation   tokens and the chat template; generated text and tool calls
+  tokenizer               tokens: the regex tokenizer, or a BPE one
+  deepseek_v4_encoding    the chat encoding, a file an overlay replaces (sha256 logged, /metrics)
+  tool_calls              the tool calls the model makes
+  generation              generated text and reasoning
   gpu_load, engine        the node's GPU load file; admission, timing, counters, death
-  api, metrics            the head's request logic; /metrics
+  api, anthropic          the head's request logic; /v1/messages as a chat completion request
+  metrics                 /metrics
   http_server             the OpenAI-compatible HTTP server
   processes               the head and the headless workers
   entrypoint              main(): `vllm ...`
@@ -60,10 +66,25 @@ Environment (sim-only knobs are GX10_SIM_*; the others are read as the real stac
                                exists, HTTP stays up but no engine step runs, so generation
                                produces no token (default /run/gx10-vllm-sim/stall; the head
                                removes a leftover one when it starts, as a restart ends a stall)
+  GX10_SIM_BREAK               break modes of the tool-call battery (comma-separated case names,
+                               breaks.py): each makes its `gx10 smoke --battery` case fail
+  GX10_SIM_BREAK_FILE          more break modes, read at every request (default
+                               /run/gx10-vllm-sim/break, outside the read-only /run/gx10-sim
+                               mount; the head removes a leftover one when it starts)
   GX10_SIM_PREFIX_CACHE_TOKENS tokens the prefix cache remembers, least recently used out
                                (default 2097152; the cache follows --enable-prefix-caching,
                                on by default as in vLLM V1, in blocks of --block-size, default 16)
-  GX10_SIM_SPEC_ACCEPTANCE     draft token acceptance rate for speculative decoding (default 0.85)
+  GX10_SIM_SPEC_ACCEPTANCE     with a --speculative-config: the draft acceptance rate the counters
+                               show, accepted over proposed draft tokens
+                               (vllm:spec_decode_num_accepted_tokens_total over
+                               vllm:spec_decode_num_draft_tokens_total, vLLM's "Avg Draft
+                               acceptance rate"); 0 to 1, default 0.85, the field's 83-87%
+                               (FIELD_NOTES section 1). The first rejection ends a draft, so draft
+                               position i is accepted with chance q^(i+1), q set so that the mean
+                               over the k positions is this rate (engine.position_acceptance).
+                               Decode speed follows tokens per step, 1 + k x rate, relative to
+                               the 0.85 the timing models were calibrated at: a lower rate slows
+                               decode as a badly loaded draft does on a GB10 pair
   GX10_SIM_SEED                seed mixed into every generation (default 0)
   GX10_SIM_TOKENIZER           tokenizer.json of a BPE tokenizer (default: the regex tokenizer)
   GX10_SIM_VLLM_VERSION        version string to report (default 0.11.1+gx10sim)
@@ -78,19 +99,23 @@ other symbol, each optionally with one leading space, or a run of whitespace. Sp
 (SPECIAL_TOKENS) are one token each either way.
 """
 
+from .breaks import CASES as BREAK_CASES
 from .cli import parse_args
 from .comm import check_comm_env
+from .deepseek_v4_encoding import render_chat
 from .engine import Engine, PrefixCache, block_hashes
 from .entrypoint import main
-from .env import DEFAULT_STALL_FILE, SimEnv
-from .generation import tool_arguments
+from .env import DEFAULT_BREAK_FILE, DEFAULT_STALL_FILE, SimEnv
 from .gpu_load import GpuLoad, engine_load
 from .log import Log
 from .perf import PERF_MODELS, PerfModel, ReferencePerfModel, predict_case
-from .tokenizer import BOS, count_tokens, render_chat, tokenize, use_tokenizer
+from .tokenizer import BOS, count_tokens, tokenize, use_tokenizer
+from .tool_calls import argument_fragments, plan_tool_calls, tool_arguments
 
 __all__ = [
     "BOS",
+    "BREAK_CASES",
+    "DEFAULT_BREAK_FILE",
     "DEFAULT_STALL_FILE",
     "PERF_MODELS",
     "Engine",
@@ -100,12 +125,14 @@ __all__ = [
     "PrefixCache",
     "ReferencePerfModel",
     "SimEnv",
+    "argument_fragments",
     "block_hashes",
     "check_comm_env",
     "count_tokens",
     "engine_load",
     "main",
     "parse_args",
+    "plan_tool_calls",
     "predict_case",
     "render_chat",
     "tokenize",

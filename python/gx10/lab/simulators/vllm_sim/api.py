@@ -9,11 +9,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .breaks import BreakSwitch
+from .deepseek_v4_encoding import render_chat, thinking_enabled
 from .engine import Engine, Plan, block_hashes
 from .errors import ApiError
-from .generation import REASONING_WORDS, WORDS, pick_tool_call, token_stream
+from .generation import REASONING_WORDS, WORDS, token_stream
 from .model import ModelInfo
-from .tokenizer import BOS, count_tokens, render_chat, thinking_enabled, token_pieces
+from .tokenizer import BOS, count_tokens, token_pieces
+from .tool_calls import break_calls, dsml, followup, plan_tool_calls
+
+# Tokens of markup around a call's arguments (invoke and parameter tags).
+CALL_OVERHEAD_TOKENS = 4
 
 
 @dataclass
@@ -21,6 +27,7 @@ class Piece:
     kind: str  # "reasoning" | "content" | "tool"
     text: str
     tokens: int
+    index: int = 0  # a "tool" piece: which of the plan's calls
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,7 @@ class Server:
     def __init__(self, config: ServerConfig, engine: Engine) -> None:
         self.config = config
         self.engine = engine
+        self.breaks = BreakSwitch(engine.env.breaks, engine.env.break_file, engine.log)
 
     def check_model(self, body: Mapping[str, Any]) -> str:
         name = body.get("model")
@@ -110,20 +118,31 @@ class Server:
             prompt_tokens, body.get("max_completion_tokens", body.get("max_tokens"))
         )
         rng = self._rng(prompt, body)
-        call = pick_tool_call(messages, tools or [], tool_choice) if tools else None
+        breaks = self.breaks.active()
+        if "tool-choice" in breaks:
+            tool_choice = "auto"
+        calls = []
+        if tools:
+            calls = plan_tool_calls(
+                messages, tools, tool_choice, broken_fizzbuzz="agent-loop" in breaks
+            )
+            calls = break_calls(calls, breaks, stream=bool(body.get("stream")))
         reasoning = 0
         if mode is not None:
             reasoning = max_tokens if mode == "max" else rng.randint(600, 4000)
-        answer = rng.randint(24, 160)
+        answer_text = None if calls else followup(messages)
+        answer = len(token_pieces(answer_text)) if answer_text else rng.randint(24, 160)
         plan = Plan(
             prompt_tokens,
             max_tokens,
             rng,
             reasoning,
             answer,
-            call,
+            calls,
             bool(body.get("ignore_eos")),
             self._hashes(pieces),
+            answer_text=answer_text,
+            breaks=breaks,
         )
         return plan, mode
 
@@ -149,7 +168,7 @@ class Server:
             rng,
             0,
             rng.randint(24, 160),
-            None,
+            [],
             bool(body.get("ignore_eos")),
             self._hashes(pieces),
         )
@@ -183,9 +202,11 @@ class Server:
         answer = plan.max_tokens if plan.ignore_eos else plan.answer_tokens
         thoughts = token_stream(plan.rng, REASONING_WORDS)
         words = token_stream(plan.rng, WORDS)
+        if plan.answer_text:
+            words = iter(token_pieces(plan.answer_text))
         produced = 0
         deadline = time.monotonic()
-        if plan.tool_call is not None:
+        if plan.tool_calls:
             answer = 0
         while produced < budget and (reasoning > 0 or answer > 0):
             step = 1 if produced == 0 else min(engine.spec_step(plan.rng), budget - produced)
@@ -201,15 +222,31 @@ class Server:
             produced += len(pieces)
             if not first:
                 rate = engine.perf.decode_rate(plan.prompt_tokens + produced, engine.running, clock)
+                rate *= engine.spec_speed
                 deadline += len(pieces) / max(rate, 1e-6) * scale
                 engine.sleep_until(deadline)
             yield pieces
-        if plan.tool_call is not None and produced < budget:
-            call_tokens = min(count_tokens(plan.tool_call.arguments) + 4, budget - produced)
-            rate = engine.perf.decode_rate(plan.prompt_tokens, 1, clock)
-            deadline += call_tokens / max(rate, 1e-6) * scale
+        if plan.tool_calls and produced < budget:
+            yield from self._calls(plan, budget - produced, clock, deadline)
+
+    def _calls(
+        self, plan: Plan, room: int, clock: float | None, deadline: float
+    ) -> Iterator[list[Piece]]:
+        """The calls, each timed as its tokens. Calls that do not fit in the budget are cut:
+        the parser never sees their end, so the markup stays in the content (finish "length")."""
+        engine = self.engine
+        rate = engine.perf.decode_rate(plan.prompt_tokens, 1, clock) * engine.spec_speed
+        sizes = [count_tokens(c.arguments) + CALL_OVERHEAD_TOKENS for c in plan.tool_calls]
+        if sum(sizes) > room:
+            markup = dsml(plan.tool_calls)
+            deadline += room / max(rate, 1e-6) * engine.env.time_scale
             engine.sleep_until(deadline)
-            yield [Piece("tool", plan.tool_call.arguments, call_tokens)]
+            yield [Piece("content", markup[: len(markup) * room // sum(sizes)], room)]
+            return
+        for index, (call, tokens) in enumerate(zip(plan.tool_calls, sizes, strict=True)):
+            deadline += tokens / max(rate, 1e-6) * engine.env.time_scale
+            engine.sleep_until(deadline)
+            yield [Piece("tool", call.arguments, tokens, index)]
 
     def finished(
         self,

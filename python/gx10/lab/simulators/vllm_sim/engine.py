@@ -15,12 +15,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .env import SimEnv
-from .generation import ToolCall
 from .gpu_load import engine_load
 from .log import Log
 from .perf import PERF_MODELS, PerfModel
+from .tool_calls import ToolCall
 
 STALL_POLL_SECONDS = 0.2
+# The draft acceptance the timing models' decode rates were measured at (FIELD_NOTES section 1:
+# 83-87% with DSpark k=5; GX10_SIM_SPEC_ACCEPTANCE's default).
+CALIBRATED_SPEC_ACCEPTANCE = 0.85
 ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
 
@@ -109,6 +112,28 @@ class Counters:
     e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
 
 
+def position_acceptance(rate: float, k: int) -> float:
+    """The chance q that a draft position is accepted once every position before it was, such
+    that accepted / proposed draft tokens is `rate` on average.
+
+    A draft is verified left to right and the first rejection ends it (vLLM's rejection
+    sampler), so position i (0-based) is accepted with probability q^(i+1) and a step accepts
+    q + q^2 + ... + q^k of its k draft tokens: the mean of q^1..q^k must be `rate`. That mean
+    grows with q, so bisection finds it.
+    """
+    rate = min(max(float(rate), 0.0), 1.0)
+    if k <= 1 or rate in (0.0, 1.0):
+        return rate
+    low, high = rate, 1.0  # q^i <= q, so the mean is at most q: q >= rate
+    for _ in range(60):
+        mid = (low + high) / 2
+        if sum(mid**i for i in range(1, k + 1)) / k < rate:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
 class PrefixCache:
     """vLLM's automatic prefix caching, reduced to what timing needs: block hashes chained from
     the start of the prompt (a block only matches if every block before it matched), least
@@ -161,9 +186,13 @@ class Plan:
     rng: random.Random
     reasoning_tokens: int
     answer_tokens: int
-    tool_call: ToolCall | None
+    tool_calls: list[ToolCall]
     ignore_eos: bool
     block_hashes: tuple[str, ...] = ()
+    # The answer's words when they are known (after a tool result); generated prose otherwise.
+    answer_text: str | None = None
+    # The battery's break modes active for this request (breaks.py).
+    breaks: frozenset[str] = frozenset()
 
 
 class Engine:
@@ -194,6 +223,16 @@ class Engine:
         )
         self.prefill_lock = threading.Lock()
         self.counters = Counters(spec_accepted_per_pos=[0] * spec_tokens)
+        # GX10_SIM_SPEC_ACCEPTANCE is the rate the counters show (accepted / draft tokens); each
+        # draft position is accepted with the chance that gives it (position_acceptance).
+        self.spec_position_acceptance = position_acceptance(env.spec_acceptance, spec_tokens)
+        # A decode step takes about the same time whatever it accepts (the target verifies all
+        # k drafts in one pass), so tokens per second follow tokens per step, 1 + k x rate: a
+        # draft accepted at 0.40 instead of 0.85 costs 43% of the decode speed at k=5.
+        self.spec_speed = (1 + spec_tokens * env.spec_acceptance) / (
+            1 + spec_tokens * CALIBRATED_SPEC_ACCEPTANCE
+        )
+        self.created = time.time()  # the counters' start (their _created series)
         self.peer_lost = threading.Event()
         self.dead = threading.Event()
         self._stuck_timer: threading.Timer | None = None
@@ -316,12 +355,13 @@ class Engine:
         self.log.info_at("core.py:711", "engine stall cleared: steps run again")
 
     def spec_step(self, rng: random.Random) -> int:
-        """Tokens produced by one decode step (1 + accepted drafts); counts the drafts."""
+        """Tokens produced by one decode step (1 + accepted drafts); counts the drafts as vLLM's
+        SpecDecodingStats.observe_draft does (k proposed, the accepted prefix, per position)."""
         k = self.spec_tokens
         if k <= 0:
             return 1
         accepted = 0
-        while accepted < k and rng.random() < self.env.spec_acceptance:
+        while accepted < k and rng.random() < self.spec_position_acceptance:
             accepted += 1
         with self.cond:
             for pos in range(accepted):

@@ -13,6 +13,7 @@ from .perf import DEFAULT_PERF_MODEL
 
 DEFAULT_VERSION = "0.11.1+gx10sim"
 DEFAULT_STALL_FILE = "/run/gx10-vllm-sim/stall"  # stall mode's switch (see GX10_SIM_STALL_FILE)
+DEFAULT_BREAK_FILE = "/run/gx10-vllm-sim/break"  # the battery's break switch (breaks.py)
 
 
 def _float_env(env: Mapping[str, str], name: str, default: float) -> float:
@@ -39,6 +40,8 @@ class SimEnv:
     perf_model: str = "reference"
     state_dir: Path = Path("/var/lib/gx10-sim/nvidia-smi")
     stall_file: Path = Path(DEFAULT_STALL_FILE)
+    breaks: tuple[str, ...] = ()
+    break_file: Path = Path(DEFAULT_BREAK_FILE)
     sm_clock_mhz: float | None = None
     prefix_cache_tokens: int = 2_097_152
     spec_acceptance: float = 0.85
@@ -73,6 +76,12 @@ class SimEnv:
             perf_model=env.get("GX10_SIM_PERF_MODEL") or DEFAULT_PERF_MODEL,
             state_dir=Path(env.get("GX10_SIM_STATE_DIR") or "/var/lib/gx10-sim/nvidia-smi"),
             stall_file=Path(env.get("GX10_SIM_STALL_FILE") or DEFAULT_STALL_FILE),
+            breaks=tuple(
+                part.strip().lower()
+                for part in (env.get("GX10_SIM_BREAK") or "").split(",")
+                if part.strip()
+            ),
+            break_file=Path(env.get("GX10_SIM_BREAK_FILE") or DEFAULT_BREAK_FILE),
             sm_clock_mhz=_float_env(env, "GX10_SIM_SM_CLOCK_MHZ", 0.0) or None,
             prefix_cache_tokens=max(
                 int(_float_env(env, "GX10_SIM_PREFIX_CACHE_TOKENS", 2_097_152)), 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socketserver
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -11,12 +12,17 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from .anthropic import StreamConverter, chat_body
+from .anthropic import error_body as anthropic_error
+from .anthropic import message as anthropic_message
 from .api import Piece, Server, finish_reason, usage
+from .deepseek_v4_encoding import render_chat, thinking_enabled
 from .engine import ENGINE_DEAD_MESSAGE, EngineDeadError, Plan
 from .errors import ApiError
 from .log import Log
 from .metrics import render_metrics
-from .tokenizer import BOS, END_THINK, decode, encode, render_chat, special_id, thinking_enabled
+from .tokenizer import BOS, END_THINK, decode, encode, special_id
+from .tool_calls import argument_fragments
 
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 ROUTES = {
@@ -27,6 +33,7 @@ ROUTES = {
     "/detokenize": ("POST",),
     "/v1/chat/completions": ("POST",),
     "/v1/completions": ("POST",),
+    "/v1/messages": ("POST",),
 }
 
 
@@ -38,6 +45,12 @@ class ApiServer(ThreadingHTTPServer):
         super().__init__(address, ApiHandler, bind_and_activate=False)
         self.api = api
         self.log = log
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up between requests is no error (uvicorn says nothing either)."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
     def server_bind(self) -> None:
         """Bind without HTTPServer's getfqdn() lookup (it can stall without DNS)."""
@@ -227,7 +240,12 @@ class ApiHandler(BaseHTTPRequestHandler):
         api = self.server.api
         model = api.check_model(body)
         plan, mode = api.plan_chat(body)
-        separate = mode is not None and api.config.reasoning_parser is not None
+        # The `reasoning` break: as without a reasoning parser, the reasoning stays in content.
+        separate = (
+            mode is not None
+            and api.config.reasoning_parser is not None
+            and "reasoning" not in plan.breaks
+        )
         stream = bool(body.get("stream"))
         options = body.get("stream_options") or {}
         request = _Request(
@@ -239,6 +257,26 @@ class ApiHandler(BaseHTTPRequestHandler):
             include_usage=bool(options.get("include_usage")),
         )
         request.run(stream)
+
+    def route_v1_messages(self) -> None:
+        """Anthropic's Messages API: the request as a chat completion, answered as a message."""
+        try:
+            body = chat_body(self._read_json())
+            api = self.server.api
+            model = api.check_model(body)
+            plan, mode = api.plan_chat(body)
+        except ApiError as error:
+            self._send_json(error.status, anthropic_error(error))
+            return
+        separate = (
+            mode is not None
+            and api.config.reasoning_parser is not None
+            and "reasoning" not in plan.breaks
+        )
+        request = _Request(
+            self, model, plan, kind="messages", separate_reasoning=separate, include_usage=True
+        )
+        request.run(bool(body.get("stream")))
 
     def route_v1_completions(self) -> None:
         body = self._read_json()
@@ -264,8 +302,9 @@ class ApiHandler(BaseHTTPRequestHandler):
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
 
-    def send_event(self, payload: str) -> None:
-        data = f"data: {payload}\n\n".encode()
+    def send_event(self, payload: str, event: str | None = None) -> None:
+        named = f"event: {event}\n" if event else ""
+        data = f"{named}data: {payload}\n\n".encode()
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
@@ -291,8 +330,14 @@ class _Request:
         self.separate = separate_reasoning
         self.include_usage = include_usage
         self.api = handler.server.api
-        prefix = "chatcmpl" if kind == "chat" else "cmpl"
+        prefix = "cmpl" if kind == "text" else "chatcmpl"
         self.id = f"{prefix}-{uuid.uuid4().hex}"
+        # /v1/messages: vLLM converts its own chat completion chunks into Messages events.
+        self.converter = (
+            StreamConverter(plan.prompt_tokens, broken="messages" in plan.breaks)
+            if kind == "messages"
+            else None
+        )
         self.created = int(time.time())
         self.completion_tokens = 0
         self.had_tool = False
@@ -336,8 +381,7 @@ class _Request:
                 self.completion_tokens += piece.tokens
                 if piece.kind == "tool":
                     self.had_tool = True
-                    call = self.plan.tool_call
-                    assert call is not None
+                    call = self.plan.tool_calls[piece.index]
                     calls.append(
                         {
                             "id": call.id,
@@ -350,7 +394,10 @@ class _Request:
                 else:
                     content.append(self._text(piece))
         reason = finish_reason(self.plan, self.completion_tokens, self.had_tool)
-        self.handler._send_json(200, self._body(reasoning, content, calls, reason))
+        body = self._body(reasoning, content, calls, reason)
+        if self.kind == "messages":
+            body = anthropic_message(body, broken="messages" in self.plan.breaks)
+        self.handler._send_json(200, body)
         return first
 
     def _body(
@@ -374,8 +421,8 @@ class _Request:
                 "tool_calls": calls,
             }
             if self.separate:
-                message["reasoning_content"] = "".join(reasoning) or None
-                message["reasoning"] = message["reasoning_content"]
+                # vLLM's field since 0.11 (`reasoning_content` was removed in early 2026).
+                message["reasoning"] = "".join(reasoning) or None
             choice = {
                 "index": 0,
                 "message": message,
@@ -400,7 +447,7 @@ class _Request:
         delta: dict[str, Any] | None,
         text: str | None,
         reason: str | None,
-    ) -> str:
+    ) -> dict[str, Any]:
         if self.kind == "text":
             choice: dict[str, Any] = {
                 "index": 0,
@@ -415,89 +462,87 @@ class _Request:
             if reason is not None:
                 choice["stop_reason"] = None
             obj = "chat.completion.chunk"
-        return json.dumps(
-            {
-                "id": self.id,
-                "object": obj,
-                "created": self.created,
-                "model": self.model,
-                "choices": [choice],
-            }
-        )
+        return {
+            "id": self.id,
+            "object": obj,
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+        }
 
     def _deltas(self, pieces: list[Piece]) -> list[dict[str, Any]]:
         deltas: list[dict[str, Any]] = []
-        call = self.plan.tool_call
         for piece in pieces:
-            if piece.kind == "tool" and call is not None:
+            if piece.kind == "tool":
                 self.had_tool = True
-                deltas.append(
-                    {
-                        "tool_calls": [
-                            {
-                                "index": 0,
-                                "id": call.id,
-                                "type": "function",
-                                "function": {"name": call.name, "arguments": ""},
-                            }
-                        ]
-                    }
-                )
-                cut = max(len(call.arguments) // 3, 1)
-                for start in range(0, len(call.arguments), cut):
-                    deltas.append(
-                        {
-                            "tool_calls": [
-                                {
-                                    "index": 0,
-                                    "function": {"arguments": call.arguments[start : start + cut]},
-                                }
-                            ]
-                        }
-                    )
+                deltas += self._call_deltas(piece.index)
             elif piece.kind == "reasoning" and self.separate:
-                deltas.append({"reasoning_content": piece.text, "reasoning": piece.text})
+                deltas.append({"reasoning": piece.text})
             else:
                 deltas.append({"content": self._text(piece)})
         return _merge_deltas(deltas)
+
+    def _call_deltas(self, index: int) -> list[dict[str, Any]]:
+        """A call as the deepseek_v4 parser streams it: id, type and name first (arguments
+        empty), then the arguments in fragments, each delta naming the call's index."""
+        call = self.plan.tool_calls[index]
+        first = {"index": index, "id": call.stream_id, "type": "function"}
+        first["function"] = {"name": call.name, "arguments": ""}
+        fragments = argument_fragments(call.arguments)
+        if "stream" in self.plan.breaks and index == len(self.plan.tool_calls) - 1:
+            del fragments[len(fragments) // 2]  # the `stream` break: one fragment lost
+        deltas = [{"tool_calls": [first]}]
+        for fragment in fragments:
+            deltas.append({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
+        return deltas
+
+    def _emit(self, chunk: dict[str, Any] | str) -> None:
+        """One event: a chat chunk (a dict, or "[DONE]"), or the Messages events it makes."""
+        if self.converter is None:
+            self.handler.send_event(chunk if isinstance(chunk, str) else json.dumps(chunk))
+            return
+        events = self.converter.done() if chunk == "[DONE]" else []
+        if isinstance(chunk, dict):
+            events = self.converter.feed(chunk)
+        for name, payload in events:
+            self.handler.send_event(json.dumps(payload), event=name)
 
     def _stream(self, steps: Iterator[list[Piece]]) -> float | None:
         handler = self.handler
         first: float | None = None
         handler.start_stream()
-        if self.kind == "chat":
-            handler.send_event(self._chunk({"role": "assistant", "content": ""}, None, None))
+        if self.kind != "text":
+            self._emit(self._chunk({"role": "assistant", "content": ""}, None, None))
         try:
             for pieces in steps:
                 first = first or time.monotonic()
                 self.completion_tokens += sum(p.tokens for p in pieces)
                 for delta in self._deltas(pieces):
-                    handler.send_event(self._chunk(delta, delta.get("content"), None))
+                    self._emit(self._chunk(delta, delta.get("content"), None))
         except EngineDeadError:
-            handler.send_event(
-                json.dumps(ApiError(500, ENGINE_DEAD_MESSAGE, "InternalServerError").body())
-            )
-            handler.send_event("[DONE]")
+            error = ApiError(500, ENGINE_DEAD_MESSAGE, "InternalServerError")
+            if self.converter is not None:
+                body = anthropic_error(error)
+                handler.send_event(json.dumps(body), event="error")
+            else:
+                handler.send_event(json.dumps(error.body()))
+                handler.send_event("[DONE]")
             handler.end_stream()
             raise
         reason = finish_reason(self.plan, self.completion_tokens, self.had_tool)
-        handler.send_event(self._chunk({}, None, reason))
+        self._emit(self._chunk({}, None, reason))
         if self.include_usage:
-            handler.send_event(
-                json.dumps(
-                    {
-                        "id": self.id,
-                        "object": "chat.completion.chunk"
-                        if self.kind == "chat"
-                        else "text_completion",
-                        "created": self.created,
-                        "model": self.model,
-                        "choices": [],
-                        "usage": usage(self.plan, self.completion_tokens),
-                    }
-                )
+            self._emit(
+                {
+                    "id": self.id,
+                    "object": "text_completion" if self.kind == "text" else "chat.completion.chunk",
+                    "created": self.created,
+                    "model": self.model,
+                    "choices": [],
+                    "usage": usage(self.plan, self.completion_tokens),
+                }
             )
-        handler.send_event("[DONE]")
+        self._emit("[DONE]")
         handler.end_stream()
         return first
 

@@ -1,9 +1,17 @@
-"""The Prometheus /metrics text: vLLM's counters, gauges and histograms."""
+"""The Prometheus /metrics text: vLLM's counters, gauges and histograms.
+
+As prometheus_client's text exposition (version 0.0.4) writes vLLM's: a counter's family and
+samples carry the name with ``_total``, and every counter and histogram is followed by its
+``_created`` gauge family (the time its series started). The speculative-decoding counters are
+vLLM V1's (vllm/v1/spec_decode/metrics.py, SpecDecodingProm), present only with a speculative
+config, as in vLLM.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .deepseek_v4_encoding import LOADED_SHA256
 from .engine import Engine, Histogram
 
 
@@ -13,6 +21,25 @@ def _metric(
     lines.append(f"# HELP {name} {help_text}")
     lines.append(f"# TYPE {name} {kind}")
     lines += [f"{name}{{{labels}}} {float(value)}" for labels, value in samples]
+
+
+def _created(
+    lines: list[str], name: str, help_text: str, label_sets: Sequence[str], started: float
+) -> None:
+    """prometheus_client's `<name>_created` gauge family after a counter or histogram."""
+    _metric(lines, f"{name}_created", "gauge", help_text, [(ls, started) for ls in label_sets])
+
+
+def _counter(
+    lines: list[str],
+    name: str,
+    help_text: str,
+    samples: Sequence[tuple[str, float]],
+    started: float,
+) -> None:
+    """A counter `name` (without _total) as prometheus_client exposes it, then its _created."""
+    _metric(lines, f"{name}_total", "counter", help_text, samples)
+    _created(lines, name, help_text, [labels for labels, _value in samples], started)
 
 
 def _histogram(lines: list[str], name: str, help_text: str, labels: str, hist: Histogram) -> None:
@@ -29,6 +56,7 @@ def _histogram(lines: list[str], name: str, help_text: str, labels: str, hist: H
 def render_metrics(engine: Engine, model_name: str) -> str:
     labels = f'engine="0",model_name="{model_name}"'
     c = engine.counters
+    started = engine.created
     lines: list[str] = []
     with engine.cond:
         _metric(
@@ -54,7 +82,8 @@ def render_metrics(engine: Engine, model_name: str) -> str:
             [
                 (
                     f'max_num_seqs="{engine.max_num_seqs}",block_size="{engine.block_size}",'
-                    f'time_scale="{engine.env.time_scale}",perf_model="{engine.env.perf_model}"',
+                    f'time_scale="{engine.env.time_scale}",perf_model="{engine.env.perf_model}",'
+                    f'encoding_sha256="{LOADED_SHA256}"',
                     1,
                 )
             ],
@@ -66,72 +95,73 @@ def render_metrics(engine: Engine, model_name: str) -> str:
             "KV-cache usage. 1 means 100 percent usage.",
             [(labels, usage_perc)],
         )
-        _metric(
+        _counter(
             lines,
-            "vllm:prefix_cache_queries_total",
-            "counter",
+            "vllm:prefix_cache_queries",
             "Prefix cache queries, in terms of number of queried tokens.",
             [(labels, c.prefix_queries)],
+            started,
         )
-        _metric(
+        _counter(
             lines,
-            "vllm:prefix_cache_hits_total",
-            "counter",
+            "vllm:prefix_cache_hits",
             "Prefix cache hits, in terms of number of cached tokens.",
             [(labels, c.prefix_hits)],
+            started,
         )
-        _metric(
+        _counter(
             lines,
-            "vllm:prompt_tokens_total",
-            "counter",
+            "vllm:prompt_tokens",
             "Number of prefill tokens processed.",
             [(labels, c.prompt_tokens)],
+            started,
         )
-        _metric(
+        _counter(
             lines,
-            "vllm:generation_tokens_total",
-            "counter",
+            "vllm:generation_tokens",
             "Number of generation tokens processed.",
             [(labels, c.generation_tokens)],
+            started,
         )
-        _metric(
+        _counter(
             lines,
-            "vllm:request_success_total",
-            "counter",
+            "vllm:request_success",
             "Count of successfully processed requests.",
             [
                 (f'{labels},finished_reason="{r}"', c.success.get(r, 0))
                 for r in ("stop", "length", "abort")
             ],
+            started,
         )
         if engine.spec_tokens > 0:
-            _metric(
+            # SpecDecodingProm's four counters, with its help texts; k per-position series.
+            _counter(
                 lines,
-                "vllm:spec_decode_num_drafts_total",
-                "counter",
+                "vllm:spec_decode_num_drafts",
                 "Number of spec decoding drafts.",
                 [(labels, c.spec_drafts)],
+                started,
             )
-            _metric(
+            _counter(
                 lines,
-                "vllm:spec_decode_num_draft_tokens_total",
-                "counter",
+                "vllm:spec_decode_num_draft_tokens",
                 "Number of draft tokens.",
                 [(labels, c.spec_draft_tokens)],
+                started,
             )
-            _metric(
+            _counter(
                 lines,
-                "vllm:spec_decode_num_accepted_tokens_total",
-                "counter",
+                "vllm:spec_decode_num_accepted_tokens",
                 "Number of accepted tokens.",
                 [(labels, c.spec_accepted)],
+                started,
             )
-            _metric(
+            _counter(
                 lines,
-                "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-                "counter",
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
                 "Accepted tokens per draft position.",
                 [(f'{labels},position="{i}"', n) for i, n in enumerate(c.spec_accepted_per_pos)],
+                started,
             )
         _histogram(
             lines,
@@ -140,11 +170,25 @@ def render_metrics(engine: Engine, model_name: str) -> str:
             labels,
             c.ttft,
         )
+        _created(
+            lines,
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            [labels],
+            started,
+        )
         _histogram(
             lines,
             "vllm:e2e_request_latency_seconds",
             "Histogram of e2e request latency in seconds.",
             labels,
             c.e2e,
+        )
+        _created(
+            lines,
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            [labels],
+            started,
         )
     return "\n".join(lines) + "\n"

@@ -16,6 +16,7 @@ from .api import Server, ServerConfig
 from .boot import Boot
 from .cli import non_default_args
 from .comm import comm_init, remote_comm_error
+from .deepseek_v4_encoding import LOADED_FILE, LOADED_SHA256
 from .engine import Engine
 from .env import SimEnv
 from .errors import EXIT_ERROR, EXIT_OK, SimFatal
@@ -64,11 +65,20 @@ def boot(
     ).run()
 
 
+def log_encoding(log: Log) -> None:
+    """Which chat encoding this rank runs: the file, and the sha256 it had when imported."""
+    log.info_at("deepseek_v4.py:52", f"DeepSeek V4 encoding {LOADED_FILE} (sha256 {LOADED_SHA256})")
+
+
 def clear_stall(env: SimEnv, log: Log) -> None:
-    """A stall is the engine's state: a (re)started head begins without one."""
+    """A stall is the engine's state: a (re)started head begins without one (nor with the
+    battery's break file: a restart serves as the real server does)."""
     with contextlib.suppress(FileNotFoundError):
         env.stall_file.unlink()
         log.info_at("core.py:711", f"removed a leftover stall file {env.stall_file}")
+    with contextlib.suppress(FileNotFoundError):
+        env.break_file.unlink()
+        log.info_at("core.py:711", f"removed a leftover break file {env.break_file}")
 
 
 class Head:
@@ -87,6 +97,7 @@ class Head:
         args, env, log = self.args, self.env, self.log
         log.info_at("api_server.py:1885", f"vLLM API server version {env.version}")
         log.info_at("utils.py:253", f"non-default args: {non_default_args(args)}")
+        log_encoding(log)
         host = args.host or "0.0.0.0"
         clear_stall(env, log)
         httpd = self._bind_http(host)
@@ -271,6 +282,7 @@ class Worker:
         model = load_model(args.model, args.trust_remote_code, args.revision)
         if args.revision:
             log.info_at("model.py:560", f"Model revision: {args.revision}")
+        log_encoding(log)
         check_parallel(args, env.gpus_per_node)
         log.info_at(
             "serve.py:190",

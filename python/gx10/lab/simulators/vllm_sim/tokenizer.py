@@ -1,12 +1,11 @@
-"""Tokenizer and chat template: the regex tokenizer, or a BPE one from GX10_SIM_TOKENIZER."""
+"""Tokens: the regex tokenizer, or a BPE one from GX10_SIM_TOKENIZER (the chat encoding is in
+deepseek_v4_encoding.py)."""
 
 from __future__ import annotations
 
-import json
 import re
 import zlib
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from .errors import ApiError, SimFatal
 
@@ -122,54 +121,3 @@ def tokenize(text: str, add_special_tokens: bool = False) -> list[int]:
 
 def count_tokens(text: str) -> int:
     return len(encode(text)[0])
-
-
-def message_text(content: Any) -> str:
-    """OpenAI message content: a string or a list of parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return str(content)
-
-
-def render_chat(
-    messages: Sequence[Mapping[str, Any]],
-    tools: Sequence[Any] | None,
-    thinking: bool,
-    add_generation_prompt: bool = True,
-) -> str:
-    """A DeepSeek-style template: what the prompt token count is computed from."""
-    system = "".join(message_text(m.get("content")) for m in messages if m.get("role") == "system")
-    if tools:
-        system += "\n\n## Tools\n" + json.dumps(list(tools), ensure_ascii=False)
-    out = [BOS, system]
-    for message in messages:
-        role = message.get("role")
-        text = message_text(message.get("content"))
-        if role == "user":
-            out.append(USER + text)
-        elif role == "assistant":
-            calls = message.get("tool_calls") or []
-            out.append(ASSISTANT + END_THINK + text + json.dumps(calls) * bool(calls) + EOS)
-        elif role == "tool":
-            out.append(TOOL_OUT + text + END_TOOL_OUT)
-    if add_generation_prompt:
-        out.append(ASSISTANT + (THINK if thinking else END_THINK))
-    return "".join(out)
-
-
-def thinking_enabled(kwargs: Mapping[str, Any] | None, reasoning_effort: Any = None) -> str | None:
-    """The thinking mode asked for, or None: `thinking`/`enable_thinking` kwargs or effort."""
-    kwargs = kwargs or {}
-    for key in ("thinking", "enable_thinking", "thinking_mode"):
-        if key in kwargs:
-            value = kwargs[key]
-            if value in (False, None, "off", "none", "false", "disabled", 0):
-                return None
-            return "on" if value is True else str(value)
-    if reasoning_effort not in (None, "none"):
-        return str(reasoning_effort)
-    return None

@@ -17,7 +17,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.gx10.cluster.plugins.module_utils import pair_config, serve_plan
+from ansible_collections.gx10.cluster.plugins.module_utils import (
+    pair_config,
+    serve_overlay,
+    serve_plan,
+)
 from ansible_collections.gx10.cluster.plugins.module_utils.host_faults import (
     KNOWN_FAULTS,
     unknown_ids,
@@ -49,7 +53,10 @@ DEFAULT_MODEL_DIR = "/srv/models/DeepSeek-V4-Flash-0731"
 SUPERVISED_VAR = "vllm_supervisor_enabled"
 DEFAULT_SUPERVISED = False
 # Cluster-wide variables: every node must see the same value (why, per variable).
-CLUSTER_VARS = ("gx10_rails", "gx10_rail_mtu", MODEL_DIR_VAR, SUPERVISED_VAR)
+# The serve stage's runtime fixes (module_utils/serve_overlay.py): checked here, on the controller,
+# with the replacement files' hashes, before any node changes.
+OVERLAY_VAR = serve_overlay.OVERLAY_VAR
+CLUSTER_VARS = ("gx10_rails", "gx10_rail_mtu", MODEL_DIR_VAR, SUPERVISED_VAR, OVERLAY_VAR)
 _CLUSTER_WHY = {
     "gx10_rails": "both ends of every link must agree",
     "gx10_rail_mtu": "both ends of every link must agree",
@@ -58,6 +65,7 @@ _CLUSTER_WHY = {
         "head's files into it"
     ),
     SUPERVISED_VAR: "the agents of a pair supervise it together",
+    OVERLAY_VAR: "every rank of the pair must run the same code",
 }
 # The GPU clock policy (the gpu_clock role's inputs) is checked here too, so a bad value stops the
 # run before any node changes.
@@ -67,6 +75,21 @@ CLOCK_VARS = ("gpu_clock_sm_mhz", "gpu_clock_min_mhz")
 FAULTS_IGNORE_VAR = "preflight_known_faults_ignore"
 # Per node: rail netdev -> RDMA device, where sysfs does not map it (the plan's rails carry it).
 RDMA_DEVICES_VAR = "gx10_rdma_devices"
+# The smoke stage's tool-call battery (`gx10 smoke --battery`), read from the head: whether it
+# runs, and which of its cases (unset or []: all). The names are gx10.battery.CASES (a unit test
+# keeps the two lists equal; the collection imports nothing from gx10).
+SMOKE_BATTERY_VAR = "gx10_smoke_battery"
+SMOKE_BATTERY_CASES_VAR = "gx10_smoke_battery_cases"
+SMOKE_BATTERY_CASES = (
+    "parallel",
+    "nested",
+    "long-argument",
+    "stream",
+    "tool-choice",
+    "reasoning",
+    "agent-loop",
+    "messages",
+)
 NODE_VARS = (
     *CLUSTER_VARS,
     "gx10_node_id",
@@ -75,6 +98,8 @@ NODE_VARS = (
     *CLOCK_VARS,
     FAULTS_IGNORE_VAR,
     *(pair_config.variable(key) for key in pair_config.TIMINGS),
+    SMOKE_BATTERY_VAR,
+    SMOKE_BATTERY_CASES_VAR,
     # The serving profile, its overrides and the memory budget's inputs (module_utils/serve_plan).
     *serve_plan.NODE_VARS,
 )
@@ -276,6 +301,7 @@ def _analyse(
     result.rails = _check_rails(cluster["gx10_rails"], errors)
     result.model_dir = _check_model_dir(cluster[MODEL_DIR_VAR], errors)
     result.supervised = _check_supervised(cluster[SUPERVISED_VAR], len(result.nodes), errors)
+    _check_overlay(cluster[OVERLAY_VAR], result.model_dir, errors)
     _check_mgmt_interfaces(result.nodes, node_vars, result.rails, errors)
     result.node_ids = _check_node_ids(result.nodes, node_vars, errors)
     for rail in result.rails:
@@ -286,6 +312,8 @@ def _analyse(
         if result.supervised:
             _check_supervisor_timings(host, node_vars[host], errors)
         result.rdma_devices[host] = _check_rdma_devices(host, node_vars[host], result.rails, errors)
+    if result.nodes:
+        _check_smoke_battery(result.nodes[0], node_vars[result.nodes[0]], errors)
     if groups_ok:
         result.serving = serve_plan.analyse(
             result.nodes, node_vars, errors, model_dir=result.model_dir
@@ -704,6 +732,12 @@ def _check_supervised(value: Any, nodes: int, errors: list[str]) -> bool:
     return bool(value)
 
 
+def _check_overlay(value: Any, model_dir: str, errors: list[str]) -> None:
+    """vllm_serve_overlay: its shape, and each replacement file's sha256 on the controller."""
+    overlay = None if value is _MISSING else value
+    errors.extend(serve_overlay.check_overlay(overlay, model_dir=model_dir)[1])
+
+
 def _check_supervisor_timings(host: str, host_vars: Mapping[str, Any], errors: list[str]) -> None:
     """The vllm_supervisor_<timing> values, checked with the agent's own table (pair_config)."""
     names = {pair_config.variable(key): key for key in pair_config.TIMINGS}
@@ -728,6 +762,34 @@ def _check_faults_ignore(host: str, host_vars: Mapping[str, Any], errors: list[s
             f"{FAULTS_IGNORE_VAR} on host {host} names {name!r}, which is no known fault "
             f"(known: {known}): correct the id or remove it"
         )
+
+
+def _check_smoke_battery(head: str, host_vars: Mapping[str, Any], errors: list[str]) -> None:
+    """gx10_smoke_battery: a bool; gx10_smoke_battery_cases: a list of battery case names."""
+    known = ", ".join(SMOKE_BATTERY_CASES)
+    enabled = _value(host_vars, SMOKE_BATTERY_VAR)
+    if enabled is not _MISSING and not isinstance(enabled, bool):
+        errors.append(
+            f"{SMOKE_BATTERY_VAR} on host {head} is {_show(enabled)} ({_type_name(enabled)}): it "
+            f"must be true or false, e.g. {SMOKE_BATTERY_VAR}: true in group_vars/all.yml (on the "
+            f"command line -e '{{\"{SMOKE_BATTERY_VAR}\": true}}': -e key=value gives a string)"
+        )
+    cases = _value(host_vars, SMOKE_BATTERY_CASES_VAR)
+    if cases is _MISSING:
+        return
+    if not _is_list(cases) or not all(isinstance(name, str) for name in cases):
+        errors.append(
+            f"{SMOKE_BATTERY_CASES_VAR} on host {head} is {_show(cases)}: it must be a list of "
+            f"battery case names (known: {known}), e.g. {SMOKE_BATTERY_CASES_VAR}: "
+            "[parallel, stream]; leave it unset (or []) to run every case"
+        )
+        return
+    for name in cases:
+        if name not in SMOKE_BATTERY_CASES:
+            errors.append(
+                f"{SMOKE_BATTERY_CASES_VAR} on host {head} names {name!r}, which is no battery "
+                f"case (known: {known}): correct the name or remove it"
+            )
 
 
 def _check_clock_policy(host: str, host_vars: Mapping[str, Any], errors: list[str]) -> None:

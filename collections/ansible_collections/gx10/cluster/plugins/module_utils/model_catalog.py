@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The checkpoint catalog (FIELD_NOTES.md section 1) and the fit check for a plan.
+"""The checkpoint catalog (FIELD_NOTES.md section 1), the fit check for a plan, and the draft
+acceptance a checkpoint's speculative decoding is expected to reach (`gx10 doctor` judges the
+served rate against it).
 
 Sizes are the reported checkpoint sizes in GB, in the same unit as the ~121 GB a GB10 node has
 usable. Tensor parallelism splits the weights evenly, so a plan of N nodes needs size / N per node.
@@ -25,6 +27,27 @@ USABLE_GB_PER_NODE = 121.0
 
 
 @dataclass(frozen=True, slots=True)
+class SpecAcceptance:
+    """The draft acceptance rate a speculative-decoding configuration reaches on a checkpoint.
+
+    The rate is vLLM's: accepted draft tokens over proposed draft tokens
+    (``vllm:spec_decode_num_accepted_tokens_total / vllm:spec_decode_num_draft_tokens_total``, the
+    "Avg Draft acceptance rate" of its SpecDecoding log line). It holds for this `method` and
+    `num_speculative_tokens` only: later draft positions are accepted less often, so another k
+    moves the rate.
+    """
+
+    method: str
+    num_speculative_tokens: int
+    low: float
+    high: float
+    source: str
+
+    def matches(self, method: str, num_speculative_tokens: int) -> bool:
+        return (method, num_speculative_tokens) == (self.method, self.num_speculative_tokens)
+
+
+@dataclass(frozen=True, slots=True)
 class CatalogEntry:
     name: str
     label: str
@@ -37,6 +60,8 @@ class CatalogEntry:
     revision: str | None = None
     size_gb_min: float | None = None
     """For a family of variants: the smallest."""
+    spec_acceptance: SpecAcceptance | None = None
+    """The draft acceptance the served configuration reaches, where the field notes report it."""
 
     def fits_one_node(self, usable_gb_per_node: float = USABLE_GB_PER_NODE) -> bool:
         return self.size_gb <= usable_gb_per_node
@@ -56,6 +81,17 @@ CATALOG: tuple[CatalogEntry, ...] = (
         decision="chosen",
         repo="deepseek-ai/DeepSeek-V4-Flash-0731",
         revision="9e165c30e2704aec5d9d593cce3eebd58bbef1cb",
+        # The reference deployment's serving arguments (FIELD_NOTES section 4: method dspark,
+        # num_speculative_tokens 5) and its measured rate (section 1: "DSpark, k=5, draft
+        # acceptance 83-87%"). Where it should live once the serving profiles are a table of
+        # their own: with the profile that sets --speculative-config.
+        spec_acceptance=SpecAcceptance(
+            method="dspark",
+            num_speculative_tokens=5,
+            low=0.83,
+            high=0.87,
+            source="FIELD_NOTES section 1 (the reference deployment, DSpark k=5)",
+        ),
     ),
     CatalogEntry(
         name="deepseek-v4-flash-mxfp4-gguf",
@@ -83,6 +119,18 @@ CATALOG: tuple[CatalogEntry, ...] = (
         decision="too tight even on 2 nodes",
     ),
 )
+
+
+def expected_spec_acceptance(
+    method: str, num_speculative_tokens: int
+) -> tuple[CatalogEntry, SpecAcceptance] | None:
+    """The catalog's figure for a speculative configuration (the first checkpoint that has one
+    for this method and k), or None when no checkpoint reports one."""
+    for entry in CATALOG:
+        figure = entry.spec_acceptance
+        if figure is not None and figure.matches(method, num_speculative_tokens):
+            return entry, figure
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -239,6 +239,9 @@ def analyse(
         "image": profile.image,
         "vllm_version": profile.vllm_version,
         "spec_acceptance": list(low_high) if low_high else None,
+        # The --speculative-config every rank renders (the profile's, or the inventory's
+        # vllm_serve_speculative_config; {} is off): what gx10 doctor judges the draft against.
+        "speculative_config": resolved[head].values.get("speculative_config") or {},
         "memory": memory,
         "budget": budget,
     }

@@ -19,6 +19,8 @@ description:
     every node address inside its subnet and unique, C(gx10_rail_mtu) in 1280..9216, that no
     rail uses a node's C(gx10_mgmt_interface), and C(gx10_model_dir) (an absolute, normalised
     path other than C(/), without C(:)).
+  - Checks the head's smoke-stage battery switches too, C(gx10_smoke_battery) (a bool) and
+    C(gx10_smoke_battery_cases) (a list of the battery's case names).
   - Checks the serving settings (module_utils/serve_plan.py) - C(vllm_serve_profile) and every
     C(vllm_serve_<setting>) override resolve the same on every node; the flags they render, with
     C(vllm_serve_extra_args), pass the parser model of the profile's vLLM
@@ -30,7 +32,8 @@ description:
     catalog size of the profile's checkpoint.
   - On success returns the cluster plan (ranks, rail addresses, peers, C(master_addr), the
     checkpoint directory C(model_dir), and C(serving) - the profile, its image and vLLM version,
-    the expected draft acceptance, and per node the memory budget's inputs and result), the same
+    the expected draft acceptance, the speculative config every rank renders (what C(gx10 doctor)
+    judges the draft against), and per node the memory budget's inputs and result), the same
     value as the P(gx10.cluster.rail_plan#filter) filter.
   - Defaults when a variable is undefined or null. C(gx10_rails) is rail0 C(enp1s0f0np0)
     C(192.168.100.0/24) and rail1 C(enP2p1s0f0np0) C(192.168.101.0/24); C(gx10_rail_mtu) is

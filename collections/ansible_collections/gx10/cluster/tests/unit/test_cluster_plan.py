@@ -875,3 +875,38 @@ def test_supervisor_timings_are_checked_with_the_agents_table_when_supervised() 
     assert_mentions(
         error, "vllm_supervisor_heartbeat_timeout is 6", "at least 3 x", "(host gx10-a)"
     )
+
+
+def test_the_smoke_battery_switches_are_read_from_the_head() -> None:
+    assert "gx10_smoke_battery" in NODE_VARS
+    assert "gx10_smoke_battery_cases" in NODE_VARS
+    assert errors_of(gx10_smoke_battery=True, gx10_smoke_battery_cases=["parallel", "stream"]) == []
+    assert errors_of(gx10_smoke_battery=False, gx10_smoke_battery_cases=[]) == []
+    assert errors_of(gx10_smoke_battery=None) == []  # null: the default (off)
+    # Only the head's values are read (the smoke stage reads the head's).
+    assert errors_of(per_host={"gx10-b": {"gx10_smoke_battery": "yes"}}) == []
+
+
+def test_the_smoke_battery_switch_must_be_a_bool() -> None:
+    error = one_error(gx10_smoke_battery="true")
+    assert error.startswith("gx10_smoke_battery on host gx10-a is 'true' (str): it must be true")
+    assert_mentions(
+        error,
+        "gx10_smoke_battery: true in group_vars/all.yml",
+        """-e '{"gx10_smoke_battery": true}'""",
+        "-e key=value gives a string",
+    )
+    assert_mentions(one_error(gx10_smoke_battery=1), "is 1 (int)")
+
+
+def test_the_smoke_battery_cases_must_be_known_names() -> None:
+    error = one_error(gx10_smoke_battery_cases=["parallel", "streaming"])
+    assert error.startswith(
+        "gx10_smoke_battery_cases on host gx10-a names 'streaming', which is no battery case "
+        "(known: parallel, nested, long-argument, stream, tool-choice, reasoning, agent-loop, "
+        "messages): correct the name or remove it"
+    )
+    error = one_error(gx10_smoke_battery_cases="parallel,stream")
+    assert error.startswith("gx10_smoke_battery_cases on host gx10-a is 'parallel,stream': it ")
+    assert_mentions(error, "a list of battery case names", "[parallel, stream]", "unset (or [])")
+    assert len(errors_of(gx10_smoke_battery="on", gx10_smoke_battery_cases=["x", "y"])) == 3

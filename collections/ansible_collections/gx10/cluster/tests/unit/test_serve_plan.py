@@ -62,6 +62,22 @@ def test_the_shipped_inventories_validate_with_their_profile(inventory: str) -> 
         assert serving["memory"][host]["tensor_parallel"] == 2
 
 
+def test_the_plan_carries_the_speculative_config_the_ranks_render() -> None:
+    """gx10 doctor judges the draft acceptance against it (playbooks/doctor.yml)."""
+    serving = build_plan(TWO, hostvars())["serving"]
+    assert serving["speculative_config"] == {
+        "method": "dspark",
+        "num_speculative_tokens": 5,
+        "draft_sample_method": "probabilistic",
+    }
+    mtp = {"method": "mtp", "num_speculative_tokens": 1}
+    overridden = build_plan(TWO, hostvars(vllm_serve_speculative_config=mtp))["serving"]
+    assert overridden["speculative_config"] == mtp
+    # {} turns speculation off: nothing for the doctor to judge.
+    off = build_plan(TWO, hostvars(vllm_serve_speculative_config={}))["serving"]
+    assert off["speculative_config"] == {}
+
+
 def test_the_lab_budget_uses_its_manifest_and_the_gx10_one_the_catalog() -> None:
     lab = build_plan(TWO, hostvars(**inventory_vars("lab")))["serving"]["memory"]["gx10-a"]
     assert lab["weights_bytes"] == 55153008  # the synthetic checkpoint's manifest
