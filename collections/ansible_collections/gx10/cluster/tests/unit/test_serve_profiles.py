@@ -68,6 +68,18 @@ def test_the_0731_profile_carries_what_the_maintained_recipes_run() -> None:
     assert DSPARK_0731_V1.spec_acceptance == (0.83, 0.87)
 
 
+@pytest.mark.parametrize("profile", list(PROFILES.values()), ids=lambda p: p.label)
+def test_the_doctor_expects_the_profiles_draft_acceptance(profile: Any) -> None:
+    """gx10 doctor judges the served draft against the model catalog's figure for the method
+    and k (model_catalog.expected_spec_acceptance); the profile states its own: they agree."""
+    spec = resolve(profile.name).values["speculative_config"]
+    found = model_catalog.expected_spec_acceptance(spec["method"], spec["num_speculative_tokens"])
+    assert found is not None
+    entry, figure = found
+    assert entry.name == profile.checkpoint
+    assert (figure.low, figure.high) == profile.spec_acceptance
+
+
 def test_the_role_readme_cites_every_choice_of_the_profile() -> None:
     readme = (REPO / "roles/vllm_serve/README.md").read_text()
     for key in SETTING_KEYS:
