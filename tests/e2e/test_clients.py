@@ -122,7 +122,7 @@ def test_claude_code_reaches_the_server_root(configs: Path) -> None:
 
 def test_an_output_limit_the_server_cannot_serve_is_refused(configs: Path, tmp_path: Path) -> None:
     out = tmp_path / "full"
-    context = "1048576"  # the role's vllm_serve_max_model_len, which the lab serves
+    context = "1048576"  # the profile's max_model_len (dspark-0731), which the lab serves
     code = main(
         ["clients", "-i", str(LAB_INVENTORY), "--out", str(out), "--max-output-tokens", context]
     )

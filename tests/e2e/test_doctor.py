@@ -98,7 +98,8 @@ def low_acceptance(converged: None) -> Iterator[str]:
 
 
 def _generate(api: str, requests: int, max_tokens: int) -> None:
-    """`requests` completions of `max_tokens` at once (the lab serves 12 sequences)."""
+    """`requests` completions of `max_tokens` at once (the lab serves the profile's 6 sequences
+    at a time; the rest wait their turn, and every one still drafts)."""
 
     def one(n: int) -> int:
         body = {

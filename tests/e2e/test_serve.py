@@ -90,6 +90,24 @@ def test_tensor_parallel_mismatch_is_refused_before_any_restart(served: Provisio
     assert {n: _container_id(n) for n in ("gx10-a", "gx10-b")} == before
 
 
+def test_a_profile_that_does_not_fit_memory_is_refused_before_any_change(
+    served: ProvisionResult,
+) -> None:
+    """16M tokens of the lab's 1 kB KV per token is 16 GiB, beyond vLLM's share of a 12 GiB lab
+    node (0.835 x 12): the validate stage refuses it with the numbers, nothing on a node runs."""
+    before = {n: _container_id(n) for n in ("gx10-a", "gx10-b")}
+    result = _serve(vllm_serve_max_model_len=16 * 1048576)
+    assert not result.ok
+    message = _messages(result)
+    assert "memory on host gx10-a: profile dspark-0731 v1 does not fit" in message, message
+    assert "KV 16.0 (16777216 tokens, vllm_serve_max_model_len (inventory)" in message
+    assert "> available 10.0 GiB" in message
+    assert "lower vllm_serve_max_model_len to at most" in message
+    assert {t.host for t in result.failed_tasks} == {"localhost"}
+    assert result.changed_total == 0
+    assert {n: _container_id(n) for n in ("gx10-a", "gx10-b")} == before
+
+
 def test_missing_nccl_env_file_names_the_node_and_the_fix(served: ProvisionResult) -> None:
     node_sh("gx10-b", "mv /etc/gx10/nccl.env /etc/gx10/nccl.env.moved")
     try:

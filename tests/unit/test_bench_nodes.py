@@ -194,16 +194,16 @@ def test_extra_head_variables_with_role_defaults_beneath(tmp_path: Path) -> None
               hosts:
                 spark-1: {gx10_serve_port: 9000}
         """,
-        group_vars="vllm_serve_profile: long_context\n",
+        group_vars="vllm_serve_shm_size: 16g\n",
     )
-    names = ("vllm_serve_max_model_len", "vllm_serve_profile", "vllm_serve_port")
+    names = ("vllm_serve_profile", "vllm_serve_shm_size", "vllm_serve_port")
     cluster = load_cluster([path], extra=names, role_defaults=("vllm_serve",))
-    assert cluster.settings["vllm_serve_max_model_len"] == 1048576  # the role's default
-    assert cluster.settings["vllm_serve_profile"] == "long_context"  # the inventory wins
+    assert cluster.settings["vllm_serve_profile"] == "dspark-0731"  # the role's default
+    assert cluster.settings["vllm_serve_shm_size"] == "16g"  # the inventory wins
     assert int(cluster.settings["vllm_serve_port"]) == 9000  # a default templated with host vars
     # Without the role's defaults only what the inventory sets is there.
     bare = load_cluster([path], extra=names)
-    assert dict(bare.settings) == {"vllm_serve_profile": "long_context"}
+    assert dict(bare.settings) == {"vllm_serve_shm_size": "16g"}
 
 
 def test_the_endpoint_is_https_behind_a_gateway_with_tls(tmp_path: Path) -> None:

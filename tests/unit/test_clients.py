@@ -26,7 +26,7 @@ LAB = ROOT / "inventories" / "lab"
 SCHEMAS = ROOT / "tests" / "fixtures" / "client-schemas"
 BASE = "http://172.31.240.10:8000/v1"  # the lab head's gx10_api_host, port 8000
 MODEL = "deepseek-v4-flash"
-CONTEXT = 1048576  # roles/vllm_serve/defaults/main.yml
+CONTEXT = 1048576  # the serving profile dspark-0731 (module_utils/serve_profiles.py)
 SECRET = "sk-gx10-test-9f3c1d"
 
 FILES = {
@@ -235,7 +235,8 @@ def test_aider_files(lab: Path) -> None:
     assert settings["name"] == conf["model"]
     assert settings["extra_params"] == {
         "max_tokens": 32768,
-        "extra_body": {"chat_template_kwargs": {"thinking": "high"}},  # the server's default
+        # The serving profile's default (dspark-0731: thinking on, effort low on the server).
+        "extra_body": {"chat_template_kwargs": {"thinking": True}},
     }
     metadata = json.loads(metadata_file.read_text())
     entry = metadata[conf["model"]]
@@ -256,7 +257,7 @@ def test_continue_config_yaml(lab: Path) -> None:
     assert "chat" in model["roles"]
     assert model["defaultCompletionOptions"] == {"contextLength": CONTEXT, "maxTokens": 32768}
     body = model["requestOptions"]["extraBodyProperties"]
-    assert body == {"chat_template_kwargs": {"thinking": "high"}}
+    assert body == {"chat_template_kwargs": {"thinking": True}}
 
 
 def test_claude_code_settings(lab: Path) -> None:

@@ -177,7 +177,8 @@ def test_evidence_of_both_nodes(lab: Path) -> None:
         assert abs(ev.sm_clock_cap_mhz - 2400) <= 13  # read off the loaded GPU, quantized
         assert ev.sm_clock_policy_mhz == 2000
         assert not ev.sm_clock_cap_recorded
-        # The serve stage's draft, from roles/vllm_serve's defaults (the inventory sets none).
+        # The serve stage's draft: the serving profile's, resolved by the validate stage
+        # (gx10_plan.serving.speculative_config; the inventory sets none).
         assert ev.speculative == {
             "method": "dspark",
             "num_speculative_tokens": 5,

@@ -1,11 +1,16 @@
 """The role's `vllm serve` arguments are accepted by the simulator's vLLM argument parser.
 
-Ties three things together: the vllm_serve role's defaults, the argument builder
-(gx10.cluster.vllm_args), and the simulator's copy of vLLM's command line.
+Ties four things together: the inventories (gx10 and lab) with the vllm_serve role's defaults,
+the serving profile (module_utils/serve_profiles.py), the argument builder (gx10.cluster.vllm_args)
+with its model of the image's vLLM parser (module_utils/vllm_cli.py), and the simulator's copy of
+vLLM's command line. SIMULATOR_GAP lists rendered flags the simulator does not parse yet: it must
+stay empty (or shrink), the lab runs the same profile as real nodes.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,62 +19,189 @@ import pytest
 import yaml
 
 from gx10.lab.simulators import vllm_sim
+from gx10.lab.simulators.vllm_sim import cli as sim_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "collections"))
 
+from ansible_collections.gx10.cluster.plugins.module_utils import (  # noqa: E402
+    serve_profiles,
+    vllm_cli,
+)
 from ansible_collections.gx10.cluster.plugins.module_utils.cluster_plan import (  # noqa: E402
     DEFAULT_MODEL_DIR,
 )
 from ansible_collections.gx10.cluster.plugins.module_utils.vllm_args import (  # noqa: E402
-    build_args,
+    build_traced,
+    checked_args,
 )
 
+# Rendered flags the simulator does not parse yet. Keep it empty: add the flag to
+# python/gx10/lab/simulators/vllm_sim/cli.py with vLLM's spelling instead.
+SIMULATOR_GAP: list[str] = []
+INVENTORIES = ("gx10", "lab")
 
-def _settings(rank: int) -> dict[str, Any]:
+
+def _inventory(name: str) -> dict[str, Any]:
+    path = ROOT / "inventories" / name / "group_vars" / "all.yml"
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def _settings(inventory: str, rank: int, **overrides: Any) -> dict[str, Any]:
+    """What roles/vllm_serve/vars/main.yml hands the filter, for this inventory and rank."""
     defaults = yaml.safe_load((ROOT / "roles/vllm_serve/defaults/main.yml").read_text())
-    d = {k.removeprefix("vllm_serve_"): v for k, v in defaults.items()}
-    return {
+    values = {**defaults, **_inventory(inventory)}
+    settings: dict[str, Any] = {
         "model": DEFAULT_MODEL_DIR,  # the role's default: gx10_plan.model_dir
         "revision": "9e165c30e2704aec5d9d593cce3eebd58bbef1cb",
-        "served_model_name": d["served_model_name"],
+        "served_model_name": values["vllm_serve_served_model_name"],
         "nnodes": 2,
         "node_rank": rank,
-        "gpus_per_node": d["gpus_per_node"],
+        "gpus_per_node": values["vllm_serve_gpus_per_node"],
         "master_addr": "192.168.100.10",
-        "master_port": d["master_port"],
+        "master_port": values["vllm_serve_master_port"],
         "port": 8000,
-        "profile": d["profile"],
-        "max_num_seqs": d["max_num_seqs"],
-        "max_model_len": d["max_model_len"],
-        "kv_cache_dtype": d["kv_cache_dtype"],
-        "block_size": d["block_size"],
-        "max_num_batched_tokens": d["max_num_batched_tokens"],
-        "gpu_memory_utilization": d["gpu_memory_utilization"],
-        "enable_prefix_caching": True,
-        "enable_chunked_prefill": True,
-        "async_scheduling": True,
-        "speculative_config": d["speculative_config"],
-        "default_chat_template_kwargs": d["default_chat_template_kwargs"],
-        "tokenizer_mode": d["tokenizer_mode"],
-        "tool_call_parser": d["tool_call_parser"],
-        "enable_auto_tool_choice": True,
-        "reasoning_parser": d["reasoning_parser"],
+        "profile": values["vllm_serve_profile"],
+        "extra_args": values["vllm_serve_extra_args"],
     }
+    for key in serve_profiles.SETTING_KEYS:
+        settings[key] = values.get(f"vllm_serve_{key}")
+    settings.update(overrides)
+    return settings
 
 
-@pytest.mark.parametrize("rank", [0, 1])
-def test_role_defaults_parse_as_vllm_serve_arguments(rank: int) -> None:
-    args = build_args(_settings(rank))
+def _parse(args: list[str]) -> argparse.Namespace:
     ns = vllm_sim.parse_args(args)
+    sim_cli.validate_serve_args(ns)
+    return ns
+
+
+@pytest.mark.parametrize("inventory", INVENTORIES)
+@pytest.mark.parametrize("rank", [0, 1])
+def test_every_inventory_renders_arguments_the_simulator_and_the_image_accept(
+    inventory: str, rank: int
+) -> None:
+    args = checked_args(_settings(inventory, rank))  # the image's vLLM parser model accepts it
+    ns = _parse(args)
     assert ns.tensor_parallel_size == 2
     assert ns.node_rank == rank
     assert ns.headless is (rank == 1)
     assert ns.max_model_len == 1048576
-    assert ns.max_num_seqs == 12
+    assert ns.max_num_seqs == 6
+    assert ns.kv_cache_dtype == "nvfp4_ds_mla"
+    assert ns.moe_backend == "flashinfer_b12x"
+    assert ns.long_prefill_token_threshold == 1024
+    assert ns.max_cudagraph_capture_size == 40  # 6 x (5 + 1) = 36, rounded up to 8
+    assert ns.generation_config == "vllm"
+    assert ns.enable_flashinfer_autotune is True
     assert ns.speculative_config == {
         "method": "dspark",
         "num_speculative_tokens": 5,
         "draft_sample_method": "probabilistic",
     }
-    assert ns.kv_cache_dtype == "nvfp4_ds_mla"
+    assert ns.default_chat_template_kwargs == {
+        "thinking": True,
+        "reasoning_effort": "low",
+        "drop_thinking": False,
+    }
+    assert ns.reasoning_config["reasoning_end_str"] == "</think>"
+
+
+def test_the_gx10_and_lab_inventories_run_the_same_profile() -> None:
+    assert _inventory("gx10")["vllm_serve_profile"] == "dspark-0731"
+    assert _inventory("lab")["vllm_serve_profile"] == "dspark-0731"
+    flags = [
+        [t for t in checked_args(_settings(name, 0)) if t.startswith("--")] for name in INVENTORIES
+    ]
+    assert flags[0] == flags[1]
+
+
+def _every_rendering() -> list[list[str]]:
+    """The profile as is, and with every switch turned off and every optional flag removed."""
+    off: dict[str, Any] = {}
+    for setting in serve_profiles.SETTINGS:
+        if setting.kind == "bool":
+            off[setting.key] = False
+        elif setting.kind == "json":
+            off[setting.key] = {}
+        elif setting.key in ("tool_call_parser", "reasoning_parser"):
+            off[setting.key] = ""
+    return [
+        [t for t, _ in build_traced(_settings("gx10", rank, **extra))]
+        for rank in (0, 1)
+        for extra in ({}, off)
+    ]
+
+
+def test_every_renderable_flag_parses_in_the_simulator() -> None:
+    renderings = _every_rendering()
+    gap = sorted(
+        {
+            t
+            for args in renderings
+            for t in args
+            if t.startswith("--") and not _parses_alone(t, args)
+        }
+    )
+    assert gap == SIMULATOR_GAP
+    if not gap:
+        for args in renderings:
+            _parse(args)
+
+
+def _parses_alone(flag: str, args: list[str]) -> bool:
+    index = args.index(flag)
+    value = args[index + 1 : index + 2]
+    one = [flag, *value] if value and not value[0].startswith("--") else [flag]
+    try:
+        vllm_sim.parse_args(["serve", "m", *one])
+    except SystemExit:
+        return False
+    return True
+
+
+def test_switched_off_flags_are_rendered_as_vllm_spells_them() -> None:
+    args = _every_rendering()[1]
+    ns = _parse(args)
+    assert "--no-enable-prefix-caching" in args
+    assert ns.enable_prefix_caching is False
+    assert ns.async_scheduling is False
+    assert ns.speculative_config is None
+    assert ns.tool_call_parser is None
+    assert "--enable-auto-tool-choice" not in args
+
+
+def test_what_the_simulator_accepts_the_images_vllm_accepts_too() -> None:
+    """The simulator may be narrower than the image's vLLM, never wider."""
+    serve = _serve_parser()
+    image = vllm_cli.ANEMLL_0_1_1
+    for action in serve._actions:
+        for option in action.option_strings:
+            if option.startswith("--no-") or option in ("-h", "--help"):
+                continue
+            flag = image.find(option)
+            assert flag is not None, f"the simulator parses {option}, the image's vLLM has none"
+            if action.choices:
+                assert set(action.choices) <= set(flag.choices), option
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    top = sim_cli.build_parser()
+    for action in top._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices["serve"]
+    raise AssertionError("no serve subcommand")
+
+
+def test_the_simulator_rejects_a_bad_choice_like_vllm() -> None:
+    args = checked_args(_settings("lab", 0))
+    bad = [
+        *args[: args.index("--moe-backend") + 1],
+        "b12x",
+        *args[args.index("--moe-backend") + 2 :],
+    ]
+    with pytest.raises(SystemExit):
+        vllm_sim.parse_args(bad)
+    errors = vllm_cli.check_argv(bad)
+    assert any("--moe-backend: invalid choice 'b12x'" in e for e in errors), errors
+    assert json.loads(args[args.index("--speculative-config") + 1])["method"] == "dspark"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gx10 import _collection
 from gx10.bench.nodes import plain
 from gx10.endpoint import parse_endpoint
 from gx10.errors import Gx10Error
@@ -29,6 +30,8 @@ DEFAULT_KEY_ENV = "GX10_API_KEY"  # the variable the key is read from unless tol
 DEFAULT_OUTPUT_LIMIT = 32768
 CONTEXT_VAR = "vllm_serve_max_model_len"
 TEMPLATE_KWARGS_VAR = "vllm_serve_default_chat_template_kwargs"
+# The serving profile gives both unless the inventory sets them (roles/vllm_serve).
+PROFILE_VAR = "vllm_serve_profile"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -177,6 +180,21 @@ def output_limit(requested: int | None, context: int) -> int:
     return requested
 
 
+def profiled(settings: Mapping[str, Any], variable: str) -> Any:
+    """The inventory's value of a profile setting, else the serving profile's (as the serve role
+    renders it: module_utils/serve_profiles.py)."""
+    if settings.get(variable) is not None:
+        return settings[variable]
+    profiles = _collection.load("serve_profiles")
+    try:
+        return profiles.profile_value(
+            settings.get(PROFILE_VAR) or profiles.DEFAULT_PROFILE,
+            variable.removeprefix(profiles.PREFIX),
+        )
+    except profiles.ProfileError as exc:
+        raise ClientsError("; ".join(exc.errors)) from exc
+
+
 def context_window(value: Any, source: str) -> int:
     """`vllm_serve_max_model_len` as a positive int, or an error naming it."""
     try:
@@ -215,7 +233,7 @@ def load_settings(
     cluster = load_cluster(
         inventories,
         need_api_key=need_key,
-        extra=(CONTEXT_VAR, TEMPLATE_KWARGS_VAR),
+        extra=(PROFILE_VAR, CONTEXT_VAR, TEMPLATE_KWARGS_VAR),
         role_defaults=("vllm_serve",),
     )
     head = cluster.head.name
@@ -225,8 +243,8 @@ def load_settings(
         else parse_endpoint(cluster.endpoint, f"host {head}'s API (gx10_api_host, gx10_serve_port)")
     )
     settings = plain(dict(cluster.settings))
-    context = context_window(settings.get(CONTEXT_VAR), f"host {head}")
-    kwargs = settings.get(TEMPLATE_KWARGS_VAR) or {}
+    context = context_window(profiled(settings, CONTEXT_VAR), f"host {head}")
+    kwargs = profiled(settings, TEMPLATE_KWARGS_VAR) or {}
     thinking = kwargs.get("thinking") if isinstance(kwargs, Mapping) else None
     return Settings(
         root=url.root,

@@ -28,6 +28,19 @@ KV_CACHE_DTYPES = (
     "nvfp4_ds_mla",
 )
 EXECUTOR_BACKENDS = ("external_launcher", "mp", "ray", "uni")
+# vLLM's MoEBackend choices plus the GB10 image's b12x backend (Anemll/dspark-vllm-gx10).
+MOE_BACKENDS = (
+    "auto",
+    "triton",
+    "deep_gemm",
+    "cutlass",
+    "flashinfer_trtllm",
+    "flashinfer_cutlass",
+    "flashinfer_cutedsl",
+    "flashinfer_b12x",
+    "marlin",
+    "aiter",
+)
 TOKENIZER_MODES = ("auto", "hf", "slow", "mistral", "custom", "deepseek_v32", "deepseek_v4")
 REASONING_PARSERS = (
     "deepseek_r1",
@@ -123,6 +136,8 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=DTYPES, default="auto")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--max-model-len", type=human_readable_int, default=None)
+    # "auto" reads the checkpoint's generation_config.json, "vllm" uses vLLM's own defaults.
+    parser.add_argument("--generation-config", default="auto")
 
 
 def _add_engine_args(parser: argparse.ArgumentParser) -> None:
@@ -130,11 +145,17 @@ def _add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block-size", type=int, default=None)
     parser.add_argument("--max-num-seqs", type=int, default=None)
     parser.add_argument("--max-num-batched-tokens", type=human_readable_int, default=None)
+    parser.add_argument("--long-prefill-token-threshold", type=int, default=0)
+    parser.add_argument("--max-cudagraph-capture-size", type=int, default=None)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=False)
     for name in ("--enable-prefix-caching", "--enable-chunked-prefill", "--async-scheduling"):
         parser.add_argument(name, action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--speculative-config", type=_json_value, default=None)
+    parser.add_argument("--moe-backend", choices=MOE_BACKENDS, default="auto")
+    parser.add_argument(
+        "--enable-flashinfer-autotune", action=argparse.BooleanOptionalAction, default=None
+    )
 
 
 def _add_frontend_args(parser: argparse.ArgumentParser) -> None:
@@ -144,6 +165,7 @@ def _add_frontend_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tool-call-parser", default=None)
     parser.add_argument("--enable-auto-tool-choice", action="store_true")
     parser.add_argument("--reasoning-parser", choices=REASONING_PARSERS, default=None)
+    parser.add_argument("--reasoning-config", type=_json_value, default=None)
     parser.add_argument("--default-chat-template-kwargs", type=_json_value, default=None)
 
 
@@ -206,6 +228,17 @@ def validate_serve_args(args: argparse.Namespace) -> None:
     kwargs = args.default_chat_template_kwargs
     if kwargs is not None and not isinstance(kwargs, dict):
         raise SimFatal("ValueError", f"default_chat_template_kwargs must be a dict, got {kwargs!r}")
+    reasoning = args.reasoning_config
+    if reasoning is not None and not isinstance(reasoning, dict):
+        raise SimFatal("ValueError", f"reasoning_config must be a JSON object, got {reasoning!r}")
+    if args.long_prefill_token_threshold < 0:
+        raise SimFatal(
+            "ValueError",
+            f"long_prefill_token_threshold must be >= 0, got {args.long_prefill_token_threshold}",
+        )
+    capture = args.max_cudagraph_capture_size
+    if capture is not None and capture < 1:
+        raise SimFatal("ValueError", f"max_cudagraph_capture_size must be >= 1, got {capture}")
 
 
 def non_default_args(args: argparse.Namespace) -> dict[str, Any]:

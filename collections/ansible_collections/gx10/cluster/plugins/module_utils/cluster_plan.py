@@ -22,6 +22,7 @@ from ansible_collections.gx10.cluster.plugins.module_utils import (
     memory_guard,
     pair_config,
     serve_overlay,
+    serve_plan,
 )
 from ansible_collections.gx10.cluster.plugins.module_utils.host_faults import (
     KNOWN_FAULTS,
@@ -128,6 +129,8 @@ NODE_VARS = (
     *GATEWAY_VARS,
     SMOKE_BATTERY_VAR,
     SMOKE_BATTERY_CASES_VAR,
+    # The serving profile, its overrides and the memory budget's inputs (module_utils/serve_plan).
+    *serve_plan.NODE_VARS,
 )
 # A no-fragment ping payload of MTU - 28 (IPv4 and ICMP headers) fills one frame exactly.
 IPV4_ICMP_HEADERS = 28
@@ -267,6 +270,7 @@ def build_plan(
         "model_dir": analysis.model_dir,
         "supervised": analysis.supervised,
         "gateway": dict(analysis.gateway),
+        "serving": analysis.serving,
     }
 
 
@@ -308,6 +312,8 @@ class _Analysis:
     # host -> rail netdev -> RDMA device (gx10_rdma_devices)
     rdma_devices: dict[str, dict[str, str]] = field(default_factory=dict)
     gateway: dict[str, Any] = field(default_factory=dict)
+    # The serving profile and each node's memory budget (module_utils/serve_plan)
+    serving: dict[str, Any] = field(default_factory=dict)
 
 
 def _analyse(
@@ -316,6 +322,8 @@ def _analyse(
     result = _Analysis()
     errors = result.errors
     result.nodes = _check_groups(groups, errors)
+    # The serving budget is per rank of a valid head-and-workers pair: none for a broken shape.
+    groups_ok = not errors
     node_vars: dict[str, Mapping[str, Any]] = {}
     for host in result.nodes:
         host_vars = hostvars.get(host)
@@ -342,6 +350,10 @@ def _analyse(
     result.gateway = _check_gateway(head_vars, errors)
     if result.nodes:
         _check_smoke_battery(result.nodes[0], node_vars[result.nodes[0]], errors)
+    if groups_ok:
+        result.serving = serve_plan.analyse(
+            result.nodes, node_vars, errors, model_dir=result.model_dir
+        )
     return result
 
 

@@ -27,9 +27,20 @@ description:
     its unencrypted private key, valid now. C(gx10_serve_port) is checked in any case.
   - Checks the head's smoke-stage battery switches too, C(gx10_smoke_battery) (a bool) and
     C(gx10_smoke_battery_cases) (a list of the battery's case names).
+  - Checks the serving settings (module_utils/serve_plan.py) - C(vllm_serve_profile) and every
+    C(vllm_serve_<setting>) override resolve the same on every node; the flags they render, with
+    C(vllm_serve_extra_args), pass the parser model of the profile's vLLM
+    (module_utils/vllm_cli.py), naming the variable of each unknown, removed or repeated flag, bad
+    choice or bad value; each
+    node's unified-memory budget (module_utils/memory_budget.py) with C(gx10_node_memory_gib),
+    C(gx10_node_reserve_gib) and C(vllm_serve_shm_size) fits, or the error names the numbers. The
+    weights share is the manifest's size (C(gx10_model_manifest)) when the file exists, else the
+    catalog size of the profile's checkpoint.
   - On success returns the cluster plan (ranks, rail addresses, peers, C(master_addr), the
-    checkpoint directory C(model_dir), C(supervised), the API C(gateway)), the same value as
-    the P(gx10.cluster.rail_plan#filter) filter.
+    checkpoint directory C(model_dir), C(supervised), the API C(gateway), and C(serving) - the profile, its image and vLLM version,
+    the expected draft acceptance, the speculative config every rank renders (what C(gx10 doctor)
+    judges the draft against), and per node the memory budget's inputs and result), the same
+    value as the P(gx10.cluster.rail_plan#filter) filter.
   - Defaults when a variable is undefined or null. C(gx10_rails) is rail0 C(enp1s0f0np0)
     C(192.168.100.0/24) and rail1 C(enP2p1s0f0np0) C(192.168.101.0/24); C(gx10_rail_mtu) is
     C(9000); C(gx10_node_id) is 10 for the head and 11, 12, ... for the workers in inventory order;

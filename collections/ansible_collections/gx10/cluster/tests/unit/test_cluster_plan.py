@@ -71,6 +71,8 @@ def assert_mentions(message: str, *fragments: str) -> None:
 def test_default_plan_for_two_nodes() -> None:
     plan = build_plan(TWO, {"gx10-a": {}, "gx10-b": {}})
 
+    # The serving part is tested in test_serve_plan.py.
+    assert plan.pop("serving")["profile"] == "dspark-0731"
     assert plan == {
         "head": "gx10-a",
         "workers": ["gx10-b"],

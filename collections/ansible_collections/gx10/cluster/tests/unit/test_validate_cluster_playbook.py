@@ -188,4 +188,26 @@ def test_a_tls_key_of_another_certificate_is_refused_by_the_action(tmp_path: Pat
     assert "Inventory validation failed (1 problem):" in output
     assert "is not the private key of the certificate" in output
     assert "a-service-key" not in output
+
+
+def test_a_serving_profile_that_does_not_fit_is_refused_from_extra_vars(tmp_path: Path) -> None:
+    """Extra vars reach the validation through hostvars (as `gx10 provision --extravars` does);
+    a string from the command line is coerced, and the numbers are in the message."""
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory({})), encoding="utf-8")
+    (tmp_path / "site.yml").write_text(PLAYBOOK, encoding="utf-8")
+    result = run_ansible_playbook(
+        tmp_path,
+        tmp_path / "hosts.yml",
+        tmp_path / "site.yml",
+        "-e",
+        "vllm_serve_kv_context_seqs=3",
+        timeout=120,
+    )
+    output = result.stdout + result.stderr
+
+    assert result.returncode == 2, output
+    assert "Inventory validation failed (2 problems):" in output
+    assert "memory on host gx10-a: profile dspark-0731 v1 does not fit" in output
+    assert "need 116.8 GiB per rank: weights 77.7" in output
+    assert "vllm_serve_kv_context_seqs (inventory)" in output
     assert "SECOND_PLAY_RAN" not in output

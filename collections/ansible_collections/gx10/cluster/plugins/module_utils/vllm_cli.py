@@ -1,0 +1,505 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The `vllm serve` argument parser of the image's vLLM, as data, and a check of an argv against it.
+
+The community image ghcr.io/anemll/dspark-vllm-gx10:0.1.1 carries vLLM v0.25.1 (commit 752a3a50)
+with the Anemll GB10 port on top; it reports ``0.25.2.dev0+g752a3a504.d20260714``
+(Anemll/dspark-vllm-gx10 upstream.lock and README.md). The port adds the ``nvfp4_ds_mla`` KV-cache
+dtype and the ``flashinfer_b12x`` MoE backend to upstream's choices.
+
+The model covers what a serving inventory can reach: the flags the serve role renders, the ones
+``vllm_serve_extra_args`` commonly carries, and the flags older recipes use that this vLLM no
+longer has, each with the fix. It follows vLLM's own parser where it matters for a launch:
+``FlexibleArgumentParser`` accepts ``--flag=value`` and ``--flag_name`` for ``--flag-name``;
+boolean config fields are ``BooleanOptionalAction`` (``--x`` / ``--no-x``); JSON config flags
+take one JSON object or dotted keys (``--speculative-config.method dspark``); lengths accept
+``32k`` / ``1M`` (``human_readable_int``); abbreviations are off.
+
+A check runs at validation on the controller (the validate stage) and again when the serve role
+renders each rank's arguments, before anything on a node changes; every error names the variable
+that produced the flag. Standard library only.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+FlagKind = Literal["int", "float", "str", "json", "length", "bool", "switch", "list"]
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """One flag: how vLLM parses its value, and the values it accepts."""
+
+    name: str
+    kind: FlagKind
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: bool = False
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def takes_value(self) -> bool:
+        return self.kind not in ("bool", "switch")
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    """A flag this vLLM no longer has; ``fix`` says what replaces it."""
+
+    name: str
+    fix: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServeParser:
+    version: str
+    image: str
+    source: str
+    flags: Mapping[str, Flag]
+    removed: Mapping[str, Removed]
+
+    @property
+    def label(self) -> str:
+        return f"vLLM {self.version} ({self.image})"
+
+    def find(self, name: str) -> Flag | None:
+        flag = self.flags.get(name)
+        if flag is not None:
+            return flag
+        for candidate in self.flags.values():
+            if name in candidate.aliases:
+                return candidate
+        return None
+
+
+def _table(*flags: Flag) -> dict[str, Flag]:
+    return {flag.name: flag for flag in flags}
+
+
+# Choices, from the image's vLLM (vllm/config/*.py Literal types, which vLLM's arg_utils turns
+# into argparse choices) plus the Anemll port's additions.
+KV_CACHE_DTYPES = (
+    "auto",
+    "float16",
+    "bfloat16",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp8_inc",
+    "fp8_ds_mla",
+    "nvfp4_ds_mla",
+    "nvfp4",
+)
+MOE_BACKENDS = (
+    "auto",
+    "triton",
+    "deep_gemm",
+    "cutlass",
+    "flashinfer_trtllm",
+    "flashinfer_cutlass",
+    "flashinfer_cutedsl",
+    "flashinfer_b12x",
+    "marlin",
+    "aiter",
+)
+EXECUTOR_BACKENDS = ("external_launcher", "mp", "ray", "uni")
+TOKENIZER_MODES = ("auto", "hf", "slow", "mistral", "custom", "deepseek_v32", "deepseek_v4")
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+REASONING_PARSERS = (
+    "deepseek_r1",
+    "deepseek_v3",
+    "deepseek_v4",
+    "glm45",
+    "granite",
+    "hunyuan_a13b",
+    "kimi_k2",
+    "mistral",
+    "openai_gptoss",
+    "qwen3",
+    "seed_oss",
+    "step3",
+)
+TOOL_CALL_PARSERS = (
+    "deepseek_v3",
+    "deepseek_v31",
+    "deepseek_v32",
+    "deepseek_v4",
+    "glm45",
+    "granite",
+    "hermes",
+    "hunyuan_a13b",
+    "internlm",
+    "jamba",
+    "kimi_k2",
+    "llama3_json",
+    "llama4_json",
+    "minimax",
+    "mistral",
+    "openai",
+    "pythonic",
+    "qwen3_coder",
+    "qwen3_xml",
+    "seed_oss",
+    "step3",
+    "xlam",
+)
+_SPECULATIVE = (
+    "use --speculative-config with a JSON object, e.g. "
+    '\'{"method":"dspark","num_speculative_tokens":5}\' (vllm_serve_speculative_config)'
+)
+
+ANEMLL_0_1_1 = ServeParser(
+    version="0.25.2.dev0+g752a3a504.d20260714",
+    image="ghcr.io/anemll/dspark-vllm-gx10:0.1.1",
+    source=(
+        "Anemll/dspark-vllm-gx10 upstream.lock (vLLM v0.25.1 at 752a3a50) and README.md (adds "
+        "nvfp4_ds_mla and the flashinfer_b12x MoE backend); vllm-project/vllm "
+        "vllm/engine/arg_utils.py, vllm/config/{cache,kernel,scheduler,compilation}.py; the "
+        "flags MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark docker-compose.dspark.yml runs on "
+        "this image"
+    ),
+    flags=_table(
+        # parallel and multi-node
+        Flag("--tensor-parallel-size", "int", minimum=1, aliases=("-tp",)),
+        Flag("--pipeline-parallel-size", "int", minimum=1, aliases=("-pp",)),
+        Flag("--data-parallel-size", "int", minimum=1, aliases=("-dp",)),
+        Flag("--distributed-executor-backend", "str", EXECUTOR_BACKENDS),
+        Flag("--nnodes", "int", minimum=1, aliases=("-n",)),
+        Flag("--node-rank", "int", minimum=0, aliases=("-r",)),
+        Flag("--master-addr", "str"),
+        Flag("--master-port", "int", minimum=1, maximum=65535),
+        Flag("--headless", "switch"),
+        Flag("--enable-expert-parallel", "bool", aliases=("-ep",)),
+        Flag("--disable-custom-all-reduce", "bool"),
+        # model
+        Flag("--model", "str"),
+        Flag("--trust-remote-code", "bool"),
+        Flag("--revision", "str"),
+        Flag("--code-revision", "str"),
+        Flag("--tokenizer", "str"),
+        Flag("--tokenizer-revision", "str"),
+        Flag("--tokenizer-mode", "str", TOKENIZER_MODES),
+        Flag("--served-model-name", "list"),
+        Flag("--dtype", "str", DTYPES),
+        Flag("--seed", "int"),
+        Flag("--max-model-len", "length", minimum=1),
+        Flag("--quantization", "str", aliases=("-q",)),
+        Flag("--enforce-eager", "bool"),
+        Flag("--max-logprobs", "int"),
+        Flag("--generation-config", "str"),
+        Flag("--override-generation-config", "json"),
+        Flag("--hf-overrides", "json"),
+        Flag("--disable-sliding-window", "bool"),
+        Flag("--skip-tokenizer-init", "bool"),
+        Flag("--load-format", "str"),
+        Flag("--download-dir", "str"),
+        Flag("--model-loader-extra-config", "json"),
+        # cache
+        Flag("--kv-cache-dtype", "str", KV_CACHE_DTYPES),
+        Flag("--block-size", "int", minimum=1),
+        Flag("--gpu-memory-utilization", "float", minimum=0, maximum=1, exclusive_minimum=True),
+        Flag("--kv-cache-memory-bytes", "length", minimum=1),
+        Flag("--enable-prefix-caching", "bool"),
+        Flag(
+            "--prefix-caching-hash-algo", "str", ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
+        ),
+        Flag("--num-gpu-blocks-override", "int", minimum=1),
+        Flag("--cpu-offload-gb", "float", minimum=0),
+        Flag("--calculate-kv-scales", "bool"),
+        # scheduler
+        Flag("--max-num-seqs", "int", minimum=1),
+        Flag("--max-num-batched-tokens", "length", minimum=1),
+        Flag("--max-num-partial-prefills", "int", minimum=1),
+        Flag("--max-long-partial-prefills", "int", minimum=1),
+        Flag("--long-prefill-token-threshold", "int", minimum=0),
+        Flag("--scheduling-policy", "str", ("fcfs", "priority")),
+        Flag("--enable-chunked-prefill", "bool"),
+        Flag("--async-scheduling", "bool"),
+        Flag("--disable-hybrid-kv-cache-manager", "bool"),
+        Flag("--stream-interval", "int", minimum=1),
+        # compilation and kernels
+        Flag("--compilation-config", "json", aliases=("-O",)),
+        Flag("--max-cudagraph-capture-size", "int", minimum=1),
+        Flag("--cudagraph-capture-sizes", "list"),
+        Flag("--moe-backend", "str", MOE_BACKENDS),
+        Flag("--enable-flashinfer-autotune", "bool"),
+        Flag("--attention-backend", "str"),
+        Flag("--attention-config", "json"),
+        # speculative decoding, structured outputs, reasoning
+        Flag("--speculative-config", "json"),
+        Flag("--structured-outputs-config", "json"),
+        Flag("--reasoning-parser", "str", REASONING_PARSERS),
+        Flag("--reasoning-config", "json"),
+        # multimodal and KV transfer
+        Flag("--limit-mm-per-prompt", "json"),
+        Flag("--mm-processor-kwargs", "json"),
+        Flag("--kv-transfer-config", "json"),
+        Flag("--kv-events-config", "json"),
+        # observability
+        Flag("--disable-log-stats", "bool"),
+        Flag("--enable-log-requests", "bool"),
+        Flag("--max-log-len", "int", minimum=0),
+        Flag("--otlp-traces-endpoint", "str"),
+        # the OpenAI-compatible server
+        Flag("--host", "str"),
+        Flag("--port", "int", minimum=1, maximum=65535),
+        Flag("--uds", "str"),
+        Flag(
+            "--uvicorn-log-level",
+            "str",
+            ("critical", "error", "warning", "info", "debug", "trace"),
+        ),
+        Flag("--disable-uvicorn-access-log", "switch"),
+        Flag("--api-key", "list"),
+        Flag("--api-server-count", "int", minimum=1, aliases=("-asc",)),
+        Flag("--allowed-origins", "json"),
+        Flag("--chat-template", "str"),
+        Flag("--chat-template-content-format", "str", ("auto", "string", "openai")),
+        Flag("--default-chat-template-kwargs", "json"),
+        Flag("--response-role", "str"),
+        Flag("--ssl-keyfile", "str"),
+        Flag("--ssl-certfile", "str"),
+        Flag("--ssl-ca-certs", "str"),
+        Flag("--root-path", "str"),
+        Flag("--enable-auto-tool-choice", "switch"),
+        Flag("--tool-call-parser", "str", TOOL_CALL_PARSERS),
+        Flag("--tool-parser-plugin", "str"),
+        Flag("--enable-prompt-tokens-details", "switch"),
+        Flag("--enable-force-include-usage", "switch"),
+        Flag("--enable-server-load-tracking", "switch"),
+        Flag("--return-tokens-as-token-ids", "switch"),
+        Flag("--disable-fastapi-docs", "switch"),
+        Flag("--enable-request-id-headers", "switch"),
+        Flag("--enable-log-outputs", "switch"),
+        Flag("--disable-frontend-multiprocessing", "switch"),
+    ),
+    removed={
+        removed.name: removed
+        for removed in (
+            Removed(
+                "--max-seq-len-to-capture",
+                "CUDA graphs are sized by batch now: use --max-cudagraph-capture-size "
+                "(vllm_serve_max_cudagraph_capture_size)",
+            ),
+            Removed(
+                "--max-context-len-to-capture",
+                "use --max-cudagraph-capture-size (vllm_serve_max_cudagraph_capture_size)",
+            ),
+            Removed(
+                "--enable-reasoning",
+                "--reasoning-parser alone turns reasoning on (vllm_serve_reasoning_parser)",
+            ),
+            Removed(
+                "--disable-log-requests",
+                "requests are not logged by default; drop the flag (--enable-log-requests logs "
+                "them)",
+            ),
+            Removed("--speculative-model", _SPECULATIVE),
+            Removed("--num-speculative-tokens", _SPECULATIVE),
+            Removed("--speculative-draft-tensor-parallel-size", _SPECULATIVE),
+            Removed("--speculative-max-model-len", _SPECULATIVE),
+            Removed("--ngram-prompt-lookup-max", _SPECULATIVE),
+            Removed("--ngram-prompt-lookup-min", _SPECULATIVE),
+            Removed(
+                "--guided-decoding-backend",
+                "use --structured-outputs-config with a JSON object, e.g. "
+                '\'{"backend":"xgrammar"}\'',
+            ),
+            Removed("--worker-use-ray", "use --distributed-executor-backend ray"),
+            Removed("--use-v2-block-manager", "the V1 engine has one block manager: drop it"),
+            Removed(
+                "--num-scheduler-steps",
+                "multi-step scheduling went with the V0 engine: drop it (--async-scheduling, "
+                "vllm_serve_async_scheduling, overlaps scheduling instead)",
+            ),
+            Removed("--disable-async-output-proc", "it went with the V0 engine: drop it"),
+            Removed("--preemption-mode", "it went with the V0 engine: drop it"),
+            Removed("--tokenizer-pool-size", "the tokenizer pool is gone: drop it"),
+        )
+    },
+)
+
+PARSERS: Mapping[str, ServeParser] = {ANEMLL_0_1_1.version: ANEMLL_0_1_1}
+
+_LENGTH = re.compile(r"\s*(\d+(?:\.\d+)?)([kmgtKMGT]?)\s*")
+
+
+def parser_for(version: str) -> ServeParser:
+    """The parser model of a vLLM version; KeyError names the versions modelled."""
+    if version in PARSERS:
+        return PARSERS[version]
+    raise KeyError(
+        f"no `vllm serve` parser model for vLLM {version!r} (modelled: {', '.join(PARSERS)}); "
+        "a new image needs a reviewed parser model in module_utils/vllm_cli.py"
+    )
+
+
+def parse_length(text: str) -> int:
+    """vLLM's human_readable_int: 1048576, 32k (x1000), 32K (x1024), 1.5m; ValueError else."""
+    match = _LENGTH.fullmatch(text)
+    if match is None:
+        raise ValueError(text)
+    number, suffix = match.groups()
+    if not suffix:
+        if "." in number:
+            raise ValueError(text)
+        return int(number)
+    power = "kmgt".index(suffix.lower()) + 1
+    if suffix.isupper():
+        if "." in number:
+            raise ValueError(text)
+        return int(number) * int(1024**power)
+    return int(float(number) * 1000**power)
+
+
+def _value_problem(flag: Flag, value: str) -> str:
+    """Why vLLM refuses ``value`` for ``flag`` (empty: it accepts it)."""
+    number: float
+    if flag.kind == "json":
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return f"{value!r} is not valid JSON"
+        if not isinstance(parsed, dict):
+            return f"{value!r} is not a JSON object"
+        return ""
+    if flag.kind in ("int", "length"):
+        try:
+            number = int(value) if flag.kind == "int" else parse_length(value)
+        except ValueError:
+            kind = "an integer" if flag.kind == "int" else "a length such as 1048576 or 32k"
+            return f"{value!r} is not {kind}"
+    elif flag.kind == "float":
+        try:
+            number = float(value)
+        except ValueError:
+            return f"{value!r} is not a number"
+    else:
+        if flag.choices and value not in flag.choices:
+            close = difflib.get_close_matches(value, flag.choices, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            return f"invalid choice {value!r}{hint}; choose one of {', '.join(flag.choices)}"
+        return ""
+    low, high = flag.minimum, flag.maximum
+    if low is not None and (number <= low if flag.exclusive_minimum else number < low):
+        relation = "above" if flag.exclusive_minimum else "at least"
+        return f"{value} is out of range: it must be {relation} {low:g}"
+    if high is not None and number > high:
+        return f"{value} is out of range: it must be at most {high:g}"
+    return ""
+
+
+def check_argv(
+    argv: Sequence[str],
+    sources: Sequence[str] | None = None,
+    parser: ServeParser = ANEMLL_0_1_1,
+) -> list[str]:
+    """Every reason ``parser`` refuses ``argv`` (``serve MODEL --flag value ...``); [] if none.
+
+    ``sources[i]`` names what produced ``argv[i]`` (an inventory variable); each error starts
+    with it, so the message says which variable to change.
+    """
+    tokens = [str(token) for token in argv]
+    origin = list(sources) if sources is not None else ["the argument list"] * len(tokens)
+    if len(origin) != len(tokens):
+        raise ValueError("check_argv: sources must name one source per argument")
+    errors: list[str] = []
+    index = 1 if tokens[:1] == ["serve"] else 0
+    positional = 0
+    seen: dict[str, str] = {}
+    while index < len(tokens):
+        token, source = tokens[index], origin[index]
+        index += 1
+        if not token.startswith("-") or token == "-":
+            positional += 1
+            if positional > 1:
+                errors.append(
+                    f"{source}: unexpected argument {token!r}: `vllm serve` takes one model, "
+                    f"every other value follows its flag ({parser.label})"
+                )
+            continue
+        name, has_inline, inline = token.partition("=")
+        if name.startswith("--"):
+            name = "--" + name[2:].replace("_", "-")
+        base, dotted, _ = name.partition(".")
+        flag, negated = _lookup(parser, base)
+        if flag is None:
+            errors.append(f"{source}: {_unknown(parser, base)}")
+            index = _skip_values(tokens, index, bool(has_inline))
+            continue
+        if dotted and flag.kind != "json":
+            errors.append(f"{source}: {base} takes no dotted key ({name}), it is not a JSON flag")
+        if flag.name in seen and flag.kind != "list":
+            errors.append(
+                f"{source}: {flag.name} is given twice (also by {seen[flag.name]}); vLLM keeps "
+                "the last one: set it in one place"
+            )
+        seen.setdefault(flag.name, source)
+        if not flag.takes_value:
+            if has_inline:
+                errors.append(f"{source}: {flag.name} takes no value, got {token!r}")
+            continue
+        if negated:
+            continue
+        values, index = _take_values(tokens, index, flag, inline if has_inline else None)
+        if not values:
+            errors.append(f"{source}: {flag.name} expects a value ({parser.label})")
+        elif not dotted:  # --json-flag.key VALUE: any value, vLLM parses it into the object
+            problems = (_value_problem(flag, value) for value in values)
+            errors.extend(
+                f"{source}: {flag.name}: {problem} ({parser.label})"
+                for problem in problems
+                if problem
+            )
+    return errors
+
+
+def _lookup(parser: ServeParser, base: str) -> tuple[Flag | None, bool]:
+    """The flag ``base`` names, and whether it is the ``--no-`` form of a boolean flag."""
+    flag = parser.find(base)
+    if flag is None and base.startswith("--no-"):
+        candidate = parser.find("--" + base[5:])
+        if candidate is not None and candidate.kind == "bool":
+            return candidate, True
+    return flag, False
+
+
+def _unknown(parser: ServeParser, base: str) -> str:
+    removed = parser.removed.get(base)
+    if removed is not None:
+        return f"{base} is no longer a `vllm serve` flag in {parser.label}: {removed.fix}"
+    close = difflib.get_close_matches(base, list(parser.flags), n=1, cutoff=0.75)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f"{base} is not a `vllm serve` flag of {parser.label}{hint}"
+
+
+def _take_values(
+    tokens: Sequence[str], index: int, flag: Flag, inline: str | None
+) -> tuple[list[str], int]:
+    """The flag's values (one, or every following non-flag token for a list) and the next index."""
+    if inline is not None:
+        return [inline], index
+    if flag.kind == "list":
+        values: list[str] = []
+        while index < len(tokens) and not tokens[index].startswith("--"):
+            values.append(tokens[index])
+            index += 1
+        return values, index
+    if index < len(tokens) and not tokens[index].startswith("--"):
+        return [tokens[index]], index + 1
+    return [], index
+
+
+def _skip_values(tokens: Sequence[str], index: int, has_inline: bool) -> int:
+    """Past the values of an unknown flag, so they are not taken for the model."""
+    if has_inline:
+        return index
+    while index < len(tokens) and not tokens[index].startswith("-"):
+        index += 1
+    return index
