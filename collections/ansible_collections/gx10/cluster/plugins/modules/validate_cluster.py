@@ -37,10 +37,10 @@ description:
     weights share is the manifest's size (C(gx10_model_manifest)) when the file exists, else the
     catalog size of the profile's checkpoint.
   - On success returns the cluster plan (ranks, rail addresses, peers, C(master_addr), the
-    checkpoint directory C(model_dir), C(supervised), the API C(gateway), and C(serving) - the profile, its image and vLLM version,
-    the expected draft acceptance, the speculative config every rank renders (what C(gx10 doctor)
-    judges the draft against), and per node the memory budget's inputs and result), the same
-    value as the P(gx10.cluster.rail_plan#filter) filter.
+    checkpoint directory C(model_dir), C(supervised), the API C(gateway), and C(serving) - the
+    profile, its image and vLLM version, the expected draft acceptance, the speculative config
+    every rank renders (what C(gx10 doctor) judges the draft against), and per node the memory
+    budget's inputs and result), the same value as the P(gx10.cluster.rail_plan#filter) filter.
   - Defaults when a variable is undefined or null. C(gx10_rails) is rail0 C(enp1s0f0np0)
     C(192.168.100.0/24) and rail1 C(enP2p1s0f0np0) C(192.168.101.0/24); C(gx10_rail_mtu) is
     C(9000); C(gx10_node_id) is 10 for the head and 11, 12, ... for the workers in inventory order;
