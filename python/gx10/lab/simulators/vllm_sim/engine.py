@@ -258,8 +258,10 @@ class Engine:
         return -(max(tokens, 0) // -self.block_size)
 
     def _kv_fits(self, blocks: int) -> bool:
-        """vLLM's scheduler admits a waiting request only if its prompt's blocks are free. With
-        nothing running it always fits: the boot check made room for one max_model_len request."""
+        """A waiting request starts when its prompt's blocks are free: a simplification of vLLM's
+        scheduler, which allocates a prompt's blocks chunk by chunk and preempts a running
+        request when they run out. With nothing running it always fits: the boot check made
+        room for one request of max_model_len."""
         if self.kv_blocks is None or self.running == 0:
             return True
         return self.kv_used + blocks <= self.kv_blocks

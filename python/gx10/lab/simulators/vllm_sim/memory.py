@@ -21,7 +21,7 @@ Per rank (one GPU per node; a GB10's GPU has no memory of its own, it shares the
              NCCL buffers, workspaces), ACTIVATION_PEAK_GIB (torch's peak in the profile run), the
              sampler's fp32 logits for min(max_num_seqs, max_num_batched_tokens) requests (the
              part that grows with sequences), and CUDA_GRAPHS_GIB (none with --enforce-eager;
-             vLLM subtracts its CUDA graph estimate from the cache since v0.21)
+             recent vLLM subtracts its CUDA graph estimate from the cache's share)
   kv         requested - weights - runtime: "Available KV cache memory: X GiB", every rank
   per token  per layer at --kv-cache-dtype (kv_spec: MLA keeps one latent per token, the same on
              every TP rank), x num_hidden_layers / pipeline size, in pages of --block-size tokens
