@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from labtools import LAB_INVENTORY, node_sh
 
 from gx10 import ProvisionResult, lab, provision
@@ -175,12 +176,11 @@ def test_waiting_prints_each_ranks_log_tail(served: ProvisionResult) -> None:
     assert re.search(rf"\[gx10-a\] {CONTAINER}: not ready after \d+ of \d+ s \(phase \w+", stdout)
 
 
-LAB_ENV = {
-    "GX10_SIM_SYSFS_ROOT": "/run/gx10-sim/sys",
-    "GX10_SIM_BOOT_SECONDS": "3",
-    "GX10_SIM_COMPILE_SECONDS": "4",
-    "GX10_SIM_RENDEZVOUS_TIMEOUT": "60",
-}
+# The lab's simulator settings (GX10_SIM_*), which a test extends: a test's vllm_serve_extra_env
+# replaces the inventory's whole dict.
+LAB_ENV: dict[str, str] = yaml.safe_load(
+    (LAB_INVENTORY / "group_vars" / "all.yml").read_text(encoding="utf-8")
+)["vllm_serve_extra_env"]
 CACHE_ROOT = "/var/cache/gx10/vllm"
 
 
@@ -223,6 +223,52 @@ def test_a_hung_boot_phase_fails_at_its_own_limit_naming_it(served: ProvisionRes
         r"vllm_serve_phase_timeouts\.compile",
         message,
     ), message
+    assert "the workers were stopped too" in message
+    assert not _container_id("gx10-b")
+    again = _serve()
+    assert again.ok, again.failed_tasks
+
+
+def test_a_context_the_nodes_cannot_hold_fails_with_vllms_message(served: ProvisionResult) -> None:
+    """Nodes modelled with 16 GiB (the simulator's GX10_SIM_MEM_TOTAL_GIB, which the product's own
+    checks do not see): vLLM's share, 0.835 x 16 GiB, less the weights and the runtime leaves
+    10.52 GiB of KV cache, and one request of the role's 1,048,576 tokens needs 16.8 GiB (the lab
+    checkpoint's 43 layers x 400 B at nvfp4_ds_mla). The head's engine refuses after its profile
+    run as vLLM does; the wait fails with vLLM's message from the head's log, the workers are
+    stopped, and the lab's own settings bring the pair back."""
+    result = _serve(vllm_serve_extra_env={**LAB_ENV, "GX10_SIM_MEM_TOTAL_GIB": "16"})
+    assert not result.ok
+    message = _messages(result)
+    # The estimate moves a block with the sampler's share (656384 at 12 sequences, 656640 at 6).
+    assert re.search(
+        re.escape(
+            "ValueError: To serve at least one request with the models's max seq len (1048576), "
+            "(16.8 GiB KV cache is needed, which is larger than the available KV cache memory "
+            "(10.52 GiB). Based on the available memory, the estimated maximum model length is "
+        )
+        + r"65\d{4}\. "
+        + re.escape("Try increasing `gpu_memory_utilization` or decreasing `max_model_len`"),
+        message,
+    ), message
+    assert "Engine core initialization failed. See root cause above." in message
+    assert "the workers were stopped too" in message
+    assert not _container_id("gx10-b")
+    again = _serve()
+    assert again.ok, again.failed_tasks
+
+
+def test_a_node_without_vllms_share_free_refuses_to_start(served: ProvisionResult) -> None:
+    """Page cache or another process holds memory (GX10_SIM_MEM_AVAILABLE_GIB: 90 of 121.6 GiB
+    free; on GB10 vLLM reads MemAvailable): vLLM's share, 0.835 x 121.6 = 101.54 GiB, is not free,
+    so the rank refuses before loading its weights, with vLLM's message."""
+    result = _serve(vllm_serve_extra_env={**LAB_ENV, "GX10_SIM_MEM_AVAILABLE_GIB": "90"})
+    assert not result.ok
+    message = _messages(result)
+    assert (
+        "ValueError: Free memory on device (90.0/121.6 GiB) on startup is less than desired GPU "
+        "memory utilization (0.835, 101.54 GiB). Decrease GPU memory utilization or reduce GPU "
+        "memory used by other processes."
+    ) in message, message
     assert "the workers were stopped too" in message
     assert not _container_id("gx10-b")
     again = _serve()

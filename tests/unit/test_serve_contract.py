@@ -18,8 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
+from gx10.lab.checkpoint import SHARD_BYTES, SHARDS, shard_name, small_files
 from gx10.lab.simulators import vllm_sim
 from gx10.lab.simulators.vllm_sim import cli as sim_cli
+from gx10.lab.simulators.vllm_sim import memory
+from gx10.lab.simulators.vllm_sim.model import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "collections"))
@@ -205,3 +208,39 @@ def test_the_simulator_rejects_a_bad_choice_like_vllm() -> None:
     errors = vllm_cli.check_argv(bad)
     assert any("--moe-backend: invalid choice 'b12x'" in e for e in errors), errors
     assert json.loads(args[args.index("--speculative-config") + 1])["method"] == "dspark"
+
+
+def _lab_checkpoint(root: Path) -> Path:
+    """The lab's synthetic checkpoint as the simulator sizes it: its config.json, and shards of
+    its exact sizes (sparse files: the memory model reads sizes, not bytes)."""
+    root.mkdir()
+    (root / "config.json").write_text(small_files()["config.json"])
+    for index in range(1, SHARDS + 1):
+        with (root / shard_name(index)).open("wb") as shard:
+            shard.truncate(SHARD_BYTES + 4096 * index)
+    return root
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_the_lab_serves_within_the_simulators_memory_model(rank: int, tmp_path: Path) -> None:
+    """The role's flags, the lab checkpoint and the lab inventory's simulator settings fit vLLM's
+    arithmetic on every rank (the lab's serve stage would otherwise fail at the KV cache check),
+    and the 16 GiB node of tests/e2e/test_serve.py does not, with the figures that test expects."""
+    lab = yaml.safe_load((ROOT / "inventories/lab/group_vars/all.yml").read_text())
+    env = vllm_sim.SimEnv.from_env(lab["vllm_serve_extra_env"])
+    assert env.problems() == []
+    args = vllm_sim.parse_args(checked_args(_settings("lab", rank)))
+    model = load_model(str(_lab_checkpoint(tmp_path / "model")), True, None)
+    max_len = args.max_model_len or model.max_position_embeddings
+    plan = memory.plan_memory(args, env, model, max_len)
+    assert plan.node.total == int(121.6 * memory.GIB)
+    assert memory.free_memory_error(plan) is None
+    assert memory.kv_cache_error(plan.available_kv, plan.kv, max_len) is None
+    assert memory.max_concurrency(plan.num_blocks, plan.kv, max_len) > 5
+    small = vllm_sim.SimEnv.from_env(
+        {**lab["vllm_serve_extra_env"], "GX10_SIM_MEM_TOTAL_GIB": "16"}
+    )
+    short = memory.plan_memory(args, small, model, max_len)
+    refused = memory.kv_cache_error(short.available_kv, short.kv, max_len) or ""
+    assert "(16.8 GiB KV cache is needed" in refused
+    assert "available KV cache memory (10.52 GiB)" in refused

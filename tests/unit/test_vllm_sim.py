@@ -162,6 +162,8 @@ class Launcher:
             GX10_SIM_HEARTBEAT_SECONDS="0.2",
             GX10_SIM_RENDEZVOUS_TIMEOUT="15",
             GX10_SIM_SYSFS_ROOT=str(self.sysfs),
+            # A GB10's memory, not this machine's (whose MemAvailable moves with other tests).
+            GX10_SIM_MEM_TOTAL_GIB="121.6",
             VLLM_CACHE_ROOT=str(self.workdir / "vllm-cache"),
             NCCL_SOCKET_IFNAME=RAIL_IF,
             GLOO_SOCKET_IFNAME=RAIL_IF,

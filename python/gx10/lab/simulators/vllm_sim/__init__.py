@@ -11,6 +11,14 @@ GB10 image lives. It keeps the contract the project depends on, as the real serv
   dies after VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS and the server exits, as observed on GX10 pairs);
 - NCCL/Gloo environment sanity read from sysfs (interfaces, RDMA devices, the RoCE v2 GID index);
 - model directory checks (config.json, trust_remote_code) with transformers/vLLM wording;
+- the memory of each rank as vLLM V1 accounts for it (memory.py): the node's memory (MemTotal,
+  MemAvailable as free, as vLLM reads them on GB10), the weights' share, the runtime's, and the
+  KV cache the rest holds for --max-model-len at --kv-cache-dtype and --block-size. A rank whose
+  share is not free at start, or whose cache cannot hold one request of max_model_len, stops the
+  engine with vLLM's own message, at the point of the boot where vLLM raises it; a cache that
+  fits is logged ("Available KV cache memory", "GPU KV cache size", "Maximum concurrency") and
+  sizes the engine's block pool: requests wait for free blocks, /metrics shows the pool
+  (vllm:cache_config_info) and its use (vllm:kv_cache_usage_perc);
 - an OpenAI-compatible API on the head: /health, /v1/models, /v1/chat/completions (SSE, usage,
   reasoning, tool calls as the deepseek_v4 parser hands them over: ids, JSON arguments, parallel
   calls, streamed deltas, tool_choice), /v1/completions, /tokenize, /metrics, --api-key; and
@@ -26,7 +34,8 @@ Modules, each importing only modules listed before it (tests/unit/test_vllm_sim_
   errors, log, perf       SimFatal and ApiError; vLLM's log format; the timing models
   env, breaks             SimEnv: every variable below, read once; the battery's break switch
   cli, model              the `vllm serve` flags; the model directory and the parallel layout
-  boot                    a rank's boot phases: weights, torch.compile (and its cache), capture
+  memory                  a rank's memory: node, weights, runtime, KV cache; vLLM's checks
+  boot                    a rank's boot phases: weights, torch.compile (its cache), KV, capture
   comm, rendezvous        NCCL/Gloo checks against sysfs; the head <-> worker channel
   tokenizer               tokens: the regex tokenizer, or a BPE one
   deepseek_v4_encoding    the chat encoding, a file an overlay replaces (sha256 logged, /metrics)
@@ -74,6 +83,15 @@ Environment (sim-only knobs are GX10_SIM_*; the others are read as the real stac
   GX10_SIM_PREFIX_CACHE_TOKENS tokens the prefix cache remembers, least recently used out
                                (default 2097152; the cache follows --enable-prefix-caching,
                                on by default as in vLLM V1, in blocks of --block-size, default 16)
+  GX10_SIM_MEM_TOTAL_GIB       the node's memory in GiB, as the GPU sees it (default: the node's
+                               /proc/meminfo MemTotal). A GB10 shows about 121.6 GiB of its 128 GB
+                               (FIELD_NOTES section 1); the lab inventory sets that
+  GX10_SIM_MEM_AVAILABLE_GIB   memory free when the engine starts, in GiB: vLLM refuses to start
+                               unless gpu_memory_utilization x total is free (default: MemAvailable,
+                               or the total when GX10_SIM_MEM_TOTAL_GIB is set: an idle node)
+  GX10_SIM_WEIGHTS_GIB         the whole checkpoint's weights in GiB, split over tensor x pipeline
+                               parallel ranks (default: the model directory's *.safetensors;
+                               DeepSeek V4 Flash 0731 is 166.9 GB = 155.44 GiB, FIELD_NOTES 1)
   GX10_SIM_SPEC_ACCEPTANCE     with a --speculative-config: the draft acceptance rate the counters
                                show, accepted over proposed draft tokens
                                (vllm:spec_decode_num_accepted_tokens_total over

@@ -1,5 +1,10 @@
-"""A rank's boot after the rendezvous: weights, torch.compile (cold or from its cache), CUDA graph
-capture, each logged with vLLM's own lines.
+"""A rank's boot after the rendezvous: weights, torch.compile (cold or from its cache), the KV
+cache's memory, CUDA graph capture, each logged with vLLM's own lines.
+
+``profile`` is what vLLM does before the engine core sizes the KV cache (load the weights, the
+profile run that compiles, then "Available KV cache memory" from the rank's MemoryPlan);
+``capture`` what it does after (CUDA graphs). The caller checks the KV cache in between
+(memory.kv_cache_error), as vLLM's engine core does with every rank's figure.
 
 The compile phase depends on the cache directory the way vLLM's does: the compiled graphs live
 under ``$VLLM_CACHE_ROOT/torch_compile_cache/<hash>/rank_<r>_0/`` (``<hash>`` from the model, the
@@ -26,6 +31,7 @@ from pathlib import Path
 
 from .env import SimEnv
 from .log import Log
+from .memory import MemoryPlan, format_gib, log_available
 from .model import ModelInfo
 
 # The JIT caches of the community image's kernels, by the variable that moves each.
@@ -70,9 +76,11 @@ class Boot:
         world: int,
         max_len: int,
         eager: bool,
+        memory: MemoryPlan,
     ) -> None:
         self.env, self.stop, self.log, self.model = env, stop, log, model
         self.rank, self.world, self.max_len, self.eager = rank, world, max_len, eager
+        self.memory = memory
 
     def _wait(self, seconds: float, phase: str) -> None:
         if self.env.hang_phase == phase:
@@ -82,14 +90,16 @@ class Boot:
             raise InterruptedError
 
     def run(self) -> None:
-        self.weights()
-        if self.eager:
-            self.log.info_at(
-                "gpu_model_runner.py:3390", "Skipping CUDA graph capture (enforce_eager)"
-            )
-            return
-        self.compile()
+        """The whole boot (a caller with nothing to check between profile and capture)."""
+        self.profile()
         self.capture()
+
+    def profile(self) -> None:
+        """Weights, the profile run (torch.compile unless eager), the KV cache's memory."""
+        self.weights()
+        if not self.eager:
+            self.compile()
+        log_available(self.log, self.memory, self.rank)
 
     def weights(self) -> None:
         log, started = self.log, time.monotonic()
@@ -99,7 +109,9 @@ class Boot:
         took = time.monotonic() - started
         log.info_at("default_loader.py:299", f"Loading weights took {took:.2f} seconds")
         log.info_at(
-            "gpu_model_runner.py:2634", f"Model loading took 0.05 GiB memory and {took:.6f} seconds"
+            "gpu_model_runner.py:2634",
+            f"Model loading took {format_gib(self.memory.weights)} GiB memory and "
+            f"{took:.6f} seconds",
         )
 
     def _rank_dir(self) -> Path:
@@ -149,11 +161,15 @@ class Boot:
 
     def capture(self) -> None:
         log, started = self.log, time.monotonic()
+        if self.eager:
+            log.info_at("gpu_model_runner.py:3390", "Skipping CUDA graph capture (enforce_eager)")
+            return
         log.raw("Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 0%|          | 0/67")
         self._wait(self.env.capture_seconds, "graph_capture")
         log.raw("Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|##########| 67/67")
         took = time.monotonic() - started
         log.info_at(
             "gpu_model_runner.py:3480",
-            f"Graph capturing finished in {took:.0f} secs, took 0.31 GiB",
+            f"Graph capturing finished in {took:.0f} secs, took "
+            f"{format_gib(self.memory.cuda_graphs)} GiB",
         )

@@ -11,7 +11,7 @@ import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .env import SimEnv
@@ -178,6 +178,13 @@ def block_hashes(pieces: Sequence[str], block_size: int) -> tuple[str, ...]:
 
 
 @dataclass
+class KvLease:
+    """The KV blocks one running request holds (its prompt and output so far, whole blocks)."""
+
+    blocks: int = 0
+
+
+@dataclass
 class Plan:
     """A request once validated: prompt size, budget, and what the model will say."""
 
@@ -207,6 +214,8 @@ class Engine:
         *,
         block_size: int = 16,
         prefix_caching: bool = True,
+        kv_blocks: int | None = None,
+        cache_config: Mapping[str, str] | None = None,
     ) -> None:
         self.env = env
         self.max_num_seqs = max_num_seqs
@@ -222,6 +231,11 @@ class Engine:
             env.prefix_cache_tokens // self.block_size if prefix_caching else 0
         )
         self.prefill_lock = threading.Lock()
+        # The KV cache pool (memory.py: the blocks every rank can hold; None: not modelled) and
+        # the blocks the running requests hold; vllm:cache_config_info's labels.
+        self.kv_blocks = kv_blocks
+        self.kv_used = 0
+        self.cache_config = dict(cache_config or {})
         self.counters = Counters(spec_accepted_per_pos=[0] * spec_tokens)
         # GX10_SIM_SPEC_ACCEPTANCE is the rate the counters show (accepted / draft tokens); each
         # draft position is accepted with the chance that gives it (position_acceptance).
@@ -240,24 +254,62 @@ class Engine:
         # Told the GPU load (engine_load) whenever the running count changes; see GpuLoad.
         self.load_listener: Callable[[float], None] | None = None
 
-    def admit(self) -> None:
+    def blocks_for(self, tokens: int) -> int:
+        return -(max(tokens, 0) // -self.block_size)
+
+    def _kv_fits(self, blocks: int) -> bool:
+        """A waiting request starts when its prompt's blocks are free: a simplification of vLLM's
+        scheduler, which allocates a prompt's blocks chunk by chunk and preempts a running
+        request when they run out. With nothing running it always fits: the boot check made
+        room for one request of max_model_len."""
+        if self.kv_blocks is None or self.running == 0:
+            return True
+        return self.kv_used + blocks <= self.kv_blocks
+
+    def admit(self, prompt_tokens: int = 0) -> KvLease:
+        """Wait for a sequence slot (max_num_seqs) and the prompt's KV blocks; hold both."""
+        need = self.blocks_for(prompt_tokens)
         with self.cond:
             self.waiting += 1
             try:
-                while self.running >= self.max_num_seqs and not self.dead.is_set():
+                while (
+                    self.running >= self.max_num_seqs or not self._kv_fits(need)
+                ) and not self.dead.is_set():
                     self.cond.wait(0.1)
             finally:
                 self.waiting -= 1
             if self.dead.is_set():
                 raise EngineDeadError
             self.running += 1
+            self.kv_used += need
             self._load_changed()
+        return KvLease(need)
 
-    def release(self) -> None:
+    def grow(self, lease: KvLease, tokens: int) -> None:
+        """The request now has `tokens` tokens (prompt and output): blocks as it fills them.
+
+        vLLM preempts a running request when none is free; the simulator lets the step run and
+        the usage shows a full cache (kv_usage at most 1)."""
+        need = self.blocks_for(tokens)
+        if need > lease.blocks:
+            with self.cond:
+                self.kv_used += need - lease.blocks
+            lease.blocks = need
+
+    def release(self, lease: KvLease | None = None) -> None:
         with self.cond:
             self.running -= 1
+            if lease is not None:
+                self.kv_used -= lease.blocks
+                lease.blocks = 0
             self.cond.notify_all()
             self._load_changed()
+
+    def kv_usage(self) -> float:
+        """vllm:kv_cache_usage_perc: the share of the pool's blocks the running requests hold."""
+        if not self.kv_blocks:
+            return 0.0
+        return min(self.kv_used / self.kv_blocks, 1.0)
 
     def _load_changed(self) -> None:
         if self.load_listener is not None:

@@ -34,6 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = Stop()
     stop.install()
     try:
+        problems = env.problems()
+        if problems:
+            raise SimFatal("ValueError", "[gx10-sim] " + "; ".join(problems))
         validate_serve_args(args)
         use_tokenizer(os.environ.get("GX10_SIM_TOKENIZER") or None)
         process: Head | Worker = Worker(args, env, stop) if args.headless else Head(args, env, stop)

@@ -4,6 +4,7 @@ The package docstring lists the variables; SimEnv.from_env reads them."""
 
 from __future__ import annotations
 
+import math
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,6 +22,19 @@ def _float_env(env: Mapping[str, str], name: str, default: float) -> float:
         return float(env[name])
     except (KeyError, ValueError):
         return default
+
+
+def _gib_env(env: Mapping[str, str], name: str) -> float | None:
+    """A size in GiB, or None when unset; a value that is no size >= 0 is refused at start
+    (SimEnv.problems), not read as a default: a memory model must not guess."""
+    text = (env.get(name) or "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return float("nan")
+    return value if value >= 0 else float("nan")
 
 
 @dataclass(frozen=True)
@@ -45,6 +59,11 @@ class SimEnv:
     sm_clock_mhz: float | None = None
     prefix_cache_tokens: int = 2_097_152
     spec_acceptance: float = 0.85
+    # The memory model (memory.py): the node's memory and the checkpoint's size, in GiB; None
+    # reads them from the node (/proc/meminfo) and the model directory.
+    mem_total_gib: float | None = None
+    mem_available_gib: float | None = None
+    weights_gib: float | None = None
     seed: int = 0
     version: str = DEFAULT_VERSION
     log_level: str = "INFO"
@@ -57,6 +76,23 @@ class SimEnv:
     def boot_total(self) -> float:
         """Seconds a cold boot takes after the rendezvous: weights, compile, graph capture."""
         return self.boot_seconds + self.compile_seconds + self.capture_seconds
+
+    def problems(self) -> list[str]:
+        """Knobs set to something that is not a size: each names the variable and the fix."""
+        out = []
+        for name, value in (
+            ("GX10_SIM_MEM_TOTAL_GIB", self.mem_total_gib),
+            ("GX10_SIM_MEM_AVAILABLE_GIB", self.mem_available_gib),
+            ("GX10_SIM_WEIGHTS_GIB", self.weights_gib),
+        ):
+            if value is not None and math.isnan(value):  # set, but not a size
+                out.append(
+                    f"{name}={self.raw.get(name)!r} is not a size in GiB: set a number >= 0 "
+                    "(for example 121.6) or unset it"
+                )
+        if self.mem_total_gib is not None and self.mem_total_gib == 0:
+            out.append("GX10_SIM_MEM_TOTAL_GIB=0: a node has some memory; set it above 0")
+        return out
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> SimEnv:
@@ -87,6 +123,9 @@ class SimEnv:
                 int(_float_env(env, "GX10_SIM_PREFIX_CACHE_TOKENS", 2_097_152)), 0
             ),
             spec_acceptance=min(max(_float_env(env, "GX10_SIM_SPEC_ACCEPTANCE", 0.85), 0.0), 1.0),
+            mem_total_gib=_gib_env(env, "GX10_SIM_MEM_TOTAL_GIB"),
+            mem_available_gib=_gib_env(env, "GX10_SIM_MEM_AVAILABLE_GIB"),
+            weights_gib=_gib_env(env, "GX10_SIM_WEIGHTS_GIB"),
             seed=int(_float_env(env, "GX10_SIM_SEED", 0)),
             version=env.get("GX10_SIM_VLLM_VERSION") or DEFAULT_VERSION,
             log_level=(env.get("VLLM_LOGGING_LEVEL") or "INFO").upper(),

@@ -17,7 +17,7 @@ from .anthropic import error_body as anthropic_error
 from .anthropic import message as anthropic_message
 from .api import Piece, Server, finish_reason, usage
 from .deepseek_v4_encoding import render_chat, thinking_enabled
-from .engine import ENGINE_DEAD_MESSAGE, EngineDeadError, Plan
+from .engine import ENGINE_DEAD_MESSAGE, EngineDeadError, KvLease, Plan
 from .errors import ApiError
 from .log import Log
 from .metrics import render_metrics
@@ -347,15 +347,23 @@ class _Request:
         engine = self.api.engine
         started = time.monotonic()
         first: float | None = None
-        engine.admit()
+        lease = engine.admit(self.plan.prompt_tokens)
         reason = "abort"
         try:
-            steps = self.api.generate(self.plan)
+            steps = self._holding_kv(self.api.generate(self.plan), lease)
             first = self._stream(steps) if stream else self._whole(steps)
             reason = finish_reason(self.plan, self.completion_tokens, self.had_tool)
         finally:
-            engine.release()
+            engine.release(lease)
             self.api.finished(self.plan, self.completion_tokens, reason, started, first)
+
+    def _holding_kv(self, steps: Iterator[list[Piece]], lease: KvLease) -> Iterator[list[Piece]]:
+        """The steps, with the request's KV blocks following its length (prompt and output)."""
+        tokens = self.plan.prompt_tokens
+        for pieces in steps:
+            tokens += sum(piece.tokens for piece in pieces)
+            self.api.engine.grow(lease, tokens)
+            yield pieces
 
     def _text(self, piece: Piece) -> str:
         """Without a reasoning parser the reasoning stays in the content, as the model wrote it.

@@ -4,7 +4,9 @@ As prometheus_client's text exposition (version 0.0.4) writes vLLM's: a counter'
 samples carry the name with ``_total``, and every counter and histogram is followed by its
 ``_created`` gauge family (the time its series started). The speculative-decoding counters are
 vLLM V1's (vllm/v1/spec_decode/metrics.py, SpecDecodingProm), present only with a speculative
-config, as in vLLM.
+config, as in vLLM. vllm:kv_cache_usage_perc is the share of the KV pool's blocks the running
+requests hold (memory.py sizes the pool), and vllm:cache_config_info carries CacheConfig's fields
+as labels (with num_gpu_blocks), as vLLM's PrometheusStatLogger.log_metrics_info exports them.
 """
 
 from __future__ import annotations
@@ -73,7 +75,6 @@ def render_metrics(engine: Engine, model_name: str) -> str:
             "Number of requests waiting to be processed.",
             [(labels, engine.waiting)],
         )
-        usage_perc = min(engine.running / max(engine.max_num_seqs, 1), 1.0) * 0.1
         _metric(
             lines,
             "gx10_sim_info",
@@ -88,12 +89,21 @@ def render_metrics(engine: Engine, model_name: str) -> str:
                 )
             ],
         )
+        if engine.cache_config:
+            info = ",".join(f'{key}="{value}"' for key, value in engine.cache_config.items())
+            _metric(
+                lines,
+                "vllm:cache_config_info",
+                "gauge",
+                "Information of the LLMEngine CacheConfig",
+                [(info, 1)],
+            )
         _metric(
             lines,
             "vllm:kv_cache_usage_perc",
             "gauge",
             "KV-cache usage. 1 means 100 percent usage.",
-            [(labels, usage_perc)],
+            [(labels, engine.kv_usage())],
         )
         _counter(
             lines,

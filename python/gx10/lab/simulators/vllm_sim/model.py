@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .errors import SimFatal
 
@@ -30,6 +32,8 @@ class ModelInfo:
     architecture: str
     max_position_embeddings: int
     revision: str | None
+    # config.json as read (the memory model takes the layer and attention sizes from it).
+    config: Mapping[str, Any] = field(default_factory=dict)
 
 
 def load_model(model: str, trust_remote_code: bool, revision: str | None) -> ModelInfo:
@@ -57,6 +61,7 @@ def load_model(model: str, trust_remote_code: bool, revision: str | None) -> Mod
         architecture=str(architectures[0]),
         max_position_embeddings=max_pos if isinstance(max_pos, int) and max_pos > 0 else 131072,
         revision=revision,
+        config=config,
     )
 
 

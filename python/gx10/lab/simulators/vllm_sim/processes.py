@@ -23,6 +23,14 @@ from .errors import EXIT_ERROR, EXIT_OK, SimFatal
 from .gpu_load import GpuLoad
 from .http_server import ROUTES, ApiServer
 from .log import Log, torch_stamp
+from .memory import (
+    MemoryPlan,
+    cache_config_labels,
+    free_memory_error,
+    kv_cache_error,
+    log_kv_config,
+    plan_memory,
+)
 from .model import ModelInfo, check_parallel, load_model
 from .rendezvous import Channel, HeadRendezvous, PeerLostError, connect_to_head
 
@@ -43,7 +51,7 @@ class Stop:
         self.event.set()
 
 
-def boot(
+def make_boot(
     args: argparse.Namespace,
     env: SimEnv,
     stop: threading.Event,
@@ -51,18 +59,64 @@ def boot(
     model: ModelInfo,
     *,
     rank: int,
-) -> None:
-    """This rank's weights, compile and graph capture (see boot.py)."""
-    Boot(
+    memory: MemoryPlan,
+) -> Boot:
+    """This rank's weights, compile, KV cache memory and graph capture (see boot.py)."""
+    return Boot(
         env,
         stop,
         log,
         model,
         rank=rank,
         world=args.tensor_parallel_size * args.pipeline_parallel_size,
-        max_len=args.max_model_len or model.max_position_embeddings,
+        max_len=memory.max_model_len,
         eager=bool(getattr(args, "enforce_eager", False)),
-    ).run()
+        memory=memory,
+    )
+
+
+# vLLM's own lines when an engine does not come up (v1/engine/core.py run_engine_core,
+# v1/executor/multiproc_executor.py, v1/engine/utils.py wait_for_engine_startup).
+ENGINE_CORE_FAILED = (
+    "Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+)
+WORKER_FAILED = (
+    "WorkerProc initialization failed due to an exception in a background process. "
+    "See stack trace for root cause."
+)
+VLLM_LIB = "/usr/local/lib/python3.12/dist-packages/vllm"
+
+
+def worker_failed(log: Log, exc_type: str, message: str, frame: str) -> None:
+    """A worker process's own report of an exception at start (`frame`: where it was raised)."""
+    log.error_at(
+        "multiproc_executor.py:671",
+        f"WorkerProc failed to start.\nTraceback (most recent call last):\n{frame}\n"
+        f"{exc_type}: {message}",
+    )
+
+
+def engine_core_failed(log: Log, exc_type: str, message: str, frame: str) -> SimFatal:
+    """The engine core's report of the exception that stopped it, and the API server's end."""
+    log.error_at(
+        "core.py:708",
+        f"EngineCore failed to start.\nTraceback (most recent call last):\n{frame}\n"
+        f"{exc_type}: {message}",
+    )
+    return SimFatal("RuntimeError", ENGINE_CORE_FAILED)
+
+
+INIT_DEVICE_FRAME = (
+    f'  File "{VLLM_LIB}/v1/worker/gpu_worker.py", line 229, in init_device\n    raise ValueError('
+)
+KV_CHECK_FRAME = (
+    f'  File "{VLLM_LIB}/v1/core/kv_cache_utils.py", line 687, in '
+    "_check_enough_kv_cache_memory\n    raise ValueError("
+)
+WAIT_READY_FRAME = (
+    f'  File "{VLLM_LIB}/v1/executor/multiproc_executor.py", line 497, in wait_for_ready\n'
+    "    raise e from None"
+)
 
 
 def log_encoding(log: Log) -> None:
@@ -136,11 +190,21 @@ class Head:
         check_parallel(args, env.gpus_per_node)
         world = args.tensor_parallel_size * args.pipeline_parallel_size
         self._join_workers(world)
-        boot(args, env, self.stop.event, self.engine_log, model, rank=0)
+        memory = plan_memory(args, env, model, max_len)
+        no_room = free_memory_error(memory)
+        if no_room is not None:  # rank 0's init_device, in its worker process
+            worker_failed(self._worker_log(), "ValueError", no_room, INIT_DEVICE_FRAME)
+            raise engine_core_failed(self.engine_log, "Exception", WORKER_FAILED, WAIT_READY_FRAME)
+        booter = make_boot(
+            args, env, self.stop.event, self.engine_log, model, rank=0, memory=memory
+        )
+        booter.profile()
+        blocks = self._size_kv_cache(memory)
+        booter.capture()
         if self.rendezvous is not None:
             self._gather("loaded")
             self.rendezvous.broadcast({"op": "ready"})
-        api = self._make_api(model, max_len)
+        api = self._make_api(model, max_len, memory, blocks)
         httpd.api = api
         httpd.server_activate()
         threading.Thread(
@@ -190,6 +254,34 @@ class Head:
             raise remote_comm_error(env, f"node rank {failed[0]}")
         self.rendezvous.broadcast({"op": "comm_ok"})
 
+    def _worker_log(self) -> Log:
+        return self.log.child(f"(Worker_TP0 pid={os.getpid()}) ")
+
+    def _size_kv_cache(self, memory: MemoryPlan) -> int:
+        """The engine core sizes the KV cache from every rank's available memory: each must hold
+        one request of max_model_len (in rank order, the first that cannot stops the engine);
+        the pool is the smallest rank's. Returns the pool's blocks; the workers go on to capture."""
+        available = {0: memory.available_kv}
+        if self.rendezvous is not None:
+            replies = self._gather("profiled")
+            if any(reply.get("error") for reply in replies.values()):
+                raise engine_core_failed(
+                    self.engine_log, "Exception", WORKER_FAILED, WAIT_READY_FRAME
+                )
+            available.update(
+                {rank: int(reply.get("available", 0)) for rank, reply in replies.items()}
+            )
+        kv = memory.kv
+        for rank in sorted(available):
+            problem = kv_cache_error(available[rank], kv, memory.max_model_len)
+            if problem is not None:
+                raise engine_core_failed(self.engine_log, "ValueError", problem, KV_CHECK_FRAME)
+        blocks = min(size // kv.page_bytes // kv.layers for size in available.values())
+        log_kv_config(self.engine_log, blocks, kv, memory.max_model_len)
+        if self.rendezvous is not None:
+            self.rendezvous.broadcast({"op": "kv_ok", "blocks": blocks})
+        return blocks
+
     def _gather(self, op: str) -> dict[int, dict[str, Any]]:
         assert self.rendezvous is not None
         timeout = max(self.env.rendezvous_timeout, self.env.boot_total + 30.0)
@@ -203,7 +295,7 @@ class Head:
                 f"Timed out waiting for the workers' {op!r} after {int(timeout)} seconds",
             ) from error
 
-    def _make_api(self, model: ModelInfo, max_len: int) -> Server:
+    def _make_api(self, model: ModelInfo, max_len: int, memory: MemoryPlan, blocks: int) -> Server:
         args, env = self.args, self.env
         spec = args.speculative_config or {}
         spec_tokens = int(spec.get("num_speculative_tokens") or 0) if spec else 0
@@ -212,8 +304,10 @@ class Head:
             args.max_num_seqs or 256,
             spec_tokens,
             self.log,
-            block_size=args.block_size or 16,
+            block_size=memory.kv.block_size,
             prefix_caching=args.enable_prefix_caching is not False,
+            kv_blocks=blocks,
+            cache_config=cache_config_labels(args, memory.kv, blocks),
         )
         if self.rendezvous is not None:
             for channel in self.rendezvous.peers.values():
@@ -292,8 +386,8 @@ class Worker:
         )
         channel = connect_to_head(args, env, self.rank_log, self.stop.event)
         try:
-            self._init(channel, model)
-            self.gpu_load.set(0.0)
+            if self._init(channel, model):
+                self.gpu_load.set(0.0)
             return self._idle(channel)
         finally:
             self.gpu_load.close()
@@ -313,7 +407,9 @@ class Worker:
                 f"Timed out after {int(timeout)} seconds waiting for the head ({'/'.join(ops)})",
             ) from error
 
-    def _init(self, channel: Channel, model: ModelInfo) -> None:
+    def _init(self, channel: Channel, model: ModelInfo) -> bool:
+        """Join the engine; False when the head went away while this rank waited for it to size
+        the KV cache (the head's engine did not start): the rank then idles as with a lost head."""
         args, env, log = self.args, self.env, self.rank_log
         world = args.tensor_parallel_size * args.pipeline_parallel_size
         wait = max(env.rendezvous_timeout, env.boot_total + 30.0)
@@ -331,10 +427,33 @@ class Worker:
             raise SimFatal(problem.exc_type, problem.message)
         if self._expect(channel, ("comm_ok", "abort"), wait) == "abort":
             raise remote_comm_error(env, f"{args.master_addr} (node rank 0)")
-        boot(args, env, self.stop.event, log, model, rank=args.node_rank)
+        memory = plan_memory(args, env, model, args.max_model_len or model.max_position_embeddings)
+        no_room = free_memory_error(memory)
+        if no_room is not None:  # this rank's init_device
+            worker_failed(log, "ValueError", no_room, INIT_DEVICE_FRAME)
+            channel.send({"op": "profiled", "error": no_room})
+            raise SimFatal("ValueError", no_room)
+        booter = make_boot(
+            args, env, self.stop.event, log, model, rank=args.node_rank, memory=memory
+        )
+        booter.profile()
+        channel.send({"op": "profiled", "available": memory.available_kv})
+        if self._await_head(channel, ("kv_ok", "abort"), wait) != "kv_ok":
+            return False
+        booter.capture()
         channel.send({"op": "loaded"})
         self._expect(channel, ("ready",), wait)
         log.info_at("multiproc_executor.py:522", "Worker ready; waiting for work from the head.")
+        return True
+
+    def _await_head(self, channel: Channel, ops: Sequence[str], timeout: float) -> str | None:
+        """Like _expect, but a head that went away is None: a headless rank does not exit."""
+        try:
+            return self._expect(channel, ops, timeout)
+        except SimFatal:
+            if channel.lost.is_set():
+                return None
+            raise
 
     def _idle(self, channel: Channel) -> int:
         """Serve until SIGTERM. A lost head is logged, again and again, and never rejoined."""
