@@ -11,7 +11,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR ?= 0
 PYTHON ?= python3
 
-.PHONY: help venv host-deps browser-deps lab lab-up lab-down lab-status test lint docs unit molecule e2e clean
+.PHONY: help venv host-deps browser-deps prometheus-tools lab lab-up lab-down lab-status test lint docs unit molecule e2e clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -41,6 +41,21 @@ browser-deps: ## Install the headless browser the report tests use (chromium, ch
 	    echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	  fi
 
+# promtool and node exporter for the unit tests, from Debian's own packages, unpacked (not
+# installed: installing `prometheus` would start a Prometheus on this machine's port 9090, the
+# port the lab's Prometheus is published on, and needs root). Any Debian/Ubuntu apt source works.
+PROMETHEUS_TOOLS := $(CURDIR)/.cache/prometheus-tools
+prometheus-tools: ## Unpack promtool and node exporter from Debian's packages into .cache/ if missing
+	@if [ -x $(PROMETHEUS_TOOLS)/promtool ] && [ -x $(PROMETHEUS_TOOLS)/prometheus-node-exporter ]; then exit 0; fi; \
+	  for tool in apt-get dpkg-deb; do command -v $$tool >/dev/null || { echo "make: prometheus-tools needs $$tool (Debian/Ubuntu)"; exit 1; }; done; \
+	  tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	  echo "fetching Debian's prometheus and prometheus-node-exporter packages (unpacked into $(PROMETHEUS_TOOLS))"; \
+	  (cd "$$tmp" && apt-get download -qq prometheus prometheus-node-exporter 2>&1 | grep -v '^W: Download is performed unsandboxed' || true); \
+	  ls "$$tmp"/prometheus_*.deb "$$tmp"/prometheus-node-exporter_*.deb >/dev/null || { echo "make: apt-get download failed (run apt-get update?)"; exit 1; }; \
+	  for deb in "$$tmp"/*.deb; do dpkg-deb -x "$$deb" "$$tmp/root"; done; \
+	  mkdir -p $(PROMETHEUS_TOOLS); \
+	  install -m 0755 "$$tmp/root/usr/bin/promtool" "$$tmp/root/usr/bin/prometheus-node-exporter" $(PROMETHEUS_TOOLS)/
+
 LAB_BENCH := $(CURDIR)/.lab/bench
 # The pair agent has no .py suffix (it is installed as a command): lint names it explicitly.
 PAIR_AGENT := roles/vllm_supervisor/files/gx10-pair
@@ -51,6 +66,7 @@ lab: venv host-deps ## Bring the lab up, run site.yml against it, then a short b
 	rm -rf $(LAB_BENCH)
 	gx10 bench -i inventories/lab --run bench/lab-short.yml --out $(LAB_BENCH)
 	@echo "open the report: $(LAB_BENCH)/report.html"
+	@echo "Prometheus (scraping the lab): http://127.0.0.1:$${GX10_LAB_PROMETHEUS_PORT:-9090}/targets"
 	@if [ -n "$${DISPLAY:-}$${WAYLAND_DISPLAY:-}" ] && command -v xdg-open >/dev/null; then \
 	  xdg-open $(LAB_BENCH)/report.html >/dev/null 2>&1 || true; fi
 
@@ -81,7 +97,7 @@ lint: venv ## yamllint, ansible-lint (production), ruff, mypy, role READMEs agai
 docs: venv ## Regenerate each role README's variable table from meta/argument_specs.yml
 	python -m gx10._dev.role_docs
 
-unit: venv browser-deps ## Unit tests (plugins and Python; the report's in a headless browser)
+unit: venv browser-deps prometheus-tools ## Unit tests (plugins and Python; the report's in a headless browser)
 	pytest -q
 
 # One lab for every scenario (each leaves the nodes as its role converged them; none needs a
