@@ -57,8 +57,10 @@ prometheus-tools: ## Unpack promtool and node exporter from Debian's packages in
 	  install -m 0755 "$$tmp/root/usr/bin/promtool" "$$tmp/root/usr/bin/prometheus-node-exporter" $(PROMETHEUS_TOOLS)/
 
 LAB_BENCH := $(CURDIR)/.lab/bench
-# The pair agent has no .py suffix (it is installed as a command): lint names it explicitly.
+# The pair agent and the GPU telemetry writer have no .py suffix (they are installed as
+# commands): lint names them explicitly.
 PAIR_AGENT := roles/vllm_supervisor/files/gx10-pair
+GPU_METRICS := roles/metrics_exporter/files/gx10-gpu-metrics
 
 lab: venv host-deps ## Bring the lab up, run site.yml against it, then a short benchmark and its report
 	gx10 lab up
@@ -88,10 +90,11 @@ lint: venv ## yamllint, ansible-lint (production), ruff, mypy, role READMEs agai
 	ruff format --check .
 	mypy
 	mypy --strict -p ansible_collections.gx10.cluster.plugins.module_utils
-	ruff check $(PAIR_AGENT)
-	ruff format --check $(PAIR_AGENT)
+	ruff check $(PAIR_AGENT) $(GPU_METRICS)
+	ruff format --check $(PAIR_AGENT) $(GPU_METRICS)
 	MYPYPATH=collections/ansible_collections/gx10/cluster/plugins/module_utils \
 	  mypy --strict --scripts-are-modules $(PAIR_AGENT)
+	mypy --strict --scripts-are-modules $(GPU_METRICS)
 	python -m gx10._dev.role_docs --check
 
 docs: venv ## Regenerate each role README's variable table from meta/argument_specs.yml
