@@ -11,7 +11,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR ?= 0
 PYTHON ?= python3
 
-.PHONY: help venv host-deps browser-deps proxy-deps lab lab-up lab-down lab-status test lint docs unit molecule e2e clean
+.PHONY: help venv host-deps browser-deps proxy-deps prometheus-tools lab lab-up lab-down lab-status test lint docs unit molecule e2e clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -46,12 +46,28 @@ proxy-deps: ## Install the reverse proxy the gateway tests run (haproxy) if miss
 	    if [ "$$(id -u)" != 0 ]; then echo "make: install haproxy (as root: apt-get install haproxy)"; exit 1; fi; \
 	    echo "installing haproxy"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; \
 	  fi
+# promtool and node exporter for the unit tests, from Debian's own packages, unpacked (not
+# installed: installing `prometheus` would start a Prometheus on this machine's port 9090, the
+# port the lab's Prometheus is published on, and needs root). Any Debian/Ubuntu apt source works.
+PROMETHEUS_TOOLS := $(CURDIR)/.cache/prometheus-tools
+prometheus-tools: ## Unpack promtool and node exporter from Debian's packages into .cache/ if missing
+	@if [ -x $(PROMETHEUS_TOOLS)/promtool ] && [ -x $(PROMETHEUS_TOOLS)/prometheus-node-exporter ]; then exit 0; fi; \
+	  for tool in apt-get dpkg-deb; do command -v $$tool >/dev/null || { echo "make: prometheus-tools needs $$tool (Debian/Ubuntu)"; exit 1; }; done; \
+	  tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	  echo "fetching Debian's prometheus and prometheus-node-exporter packages (unpacked into $(PROMETHEUS_TOOLS))"; \
+	  (cd "$$tmp" && apt-get download -qq prometheus prometheus-node-exporter 2>&1 | grep -v '^W: Download is performed unsandboxed' || true); \
+	  ls "$$tmp"/prometheus_*.deb "$$tmp"/prometheus-node-exporter_*.deb >/dev/null || { echo "make: apt-get download failed (run apt-get update?)"; exit 1; }; \
+	  for deb in "$$tmp"/*.deb; do dpkg-deb -x "$$deb" "$$tmp/root"; done; \
+	  mkdir -p $(PROMETHEUS_TOOLS); \
+	  install -m 0755 "$$tmp/root/usr/bin/promtool" "$$tmp/root/usr/bin/prometheus-node-exporter" $(PROMETHEUS_TOOLS)/
 
 LAB_BENCH := $(CURDIR)/.lab/bench
-# The pair agent has no .py suffix (it is installed as a command): lint names it explicitly.
+# The pair agent and the GPU telemetry writer have no .py suffix (they are installed as
+# commands): lint names them explicitly.
 PAIR_AGENT := roles/vllm_supervisor/files/gx10-pair
 # So has the memory guard's node tool (earlyoom runs it by path).
 MEMORY_GUARD_TOOL := roles/memory_guard/files/gx10-memory-guard
+GPU_METRICS := roles/metrics_exporter/files/gx10-gpu-metrics
 
 lab: venv host-deps ## Bring the lab up, run site.yml against it, then a short benchmark and its report
 	gx10 lab up
@@ -59,6 +75,7 @@ lab: venv host-deps ## Bring the lab up, run site.yml against it, then a short b
 	rm -rf $(LAB_BENCH)
 	gx10 bench -i inventories/lab --run bench/lab-short.yml --out $(LAB_BENCH)
 	@echo "open the report: $(LAB_BENCH)/report.html"
+	@echo "Prometheus (scraping the lab): http://127.0.0.1:$${GX10_LAB_PROMETHEUS_PORT:-9090}/targets"
 	@if [ -n "$${DISPLAY:-}$${WAYLAND_DISPLAY:-}" ] && command -v xdg-open >/dev/null; then \
 	  xdg-open $(LAB_BENCH)/report.html >/dev/null 2>&1 || true; fi
 
@@ -80,17 +97,18 @@ lint: venv ## yamllint, ansible-lint (production), ruff, mypy, role READMEs agai
 	ruff format --check .
 	mypy
 	mypy --strict -p ansible_collections.gx10.cluster.plugins.module_utils
-	ruff check $(PAIR_AGENT) $(MEMORY_GUARD_TOOL)
-	ruff format --check $(PAIR_AGENT) $(MEMORY_GUARD_TOOL)
+	ruff check $(PAIR_AGENT) $(MEMORY_GUARD_TOOL) $(GPU_METRICS)
+	ruff format --check $(PAIR_AGENT) $(MEMORY_GUARD_TOOL) $(GPU_METRICS)
 	MYPYPATH=collections/ansible_collections/gx10/cluster/plugins/module_utils \
 	  mypy --strict --scripts-are-modules $(PAIR_AGENT)
 	mypy --strict --scripts-are-modules $(MEMORY_GUARD_TOOL)
+	mypy --strict --scripts-are-modules $(GPU_METRICS)
 	python -m gx10._dev.role_docs --check
 
 docs: venv ## Regenerate each role README's variable table from meta/argument_specs.yml
 	python -m gx10._dev.role_docs
 
-unit: venv browser-deps proxy-deps ## Unit tests (plugins, Python; the report in a browser, the gateway behind haproxy)
+unit: venv browser-deps proxy-deps prometheus-tools ## Unit tests (plugins, Python; the report in a browser, the gateway behind haproxy, promtool)
 	pytest -q
 
 # One lab for every scenario (each leaves the nodes as its role converged them; none needs a

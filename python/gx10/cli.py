@@ -35,6 +35,7 @@ from gx10.doctor import Evidence, diagnose, findings_json, has_errors, print_fin
 from gx10.doctor import collect as doctor_collect
 from gx10.errors import Gx10Error
 from gx10.keys import add_parser as _add_keys
+from gx10.metrics.cli import add_parser as _add_metrics
 from gx10.model.errors import ModelError
 from gx10.model.manifest import (
     Manifest,
@@ -637,6 +638,7 @@ _SUBCOMMANDS: tuple[AddCommand, ...] = (
     _add_bench,
     _add_clients,
     _add_keys,
+    _add_metrics,
 )
 
 

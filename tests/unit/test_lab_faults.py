@@ -169,8 +169,10 @@ def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeLab:
         lab.cable(rail.netdev, {node: CFG.mac(node, rail) for node in CFG.nodes})
     monkeypatch.setattr(manager._docker, "run", lab.run)
     monkeypatch.setattr(manager.time, "sleep", lambda seconds: None)
-    # The registry and the NAS stand-in are other containers: running.
-    lab.state.update({CFG.registry_name: "running", CFG.nas_name: "running"})
+    # The registry, the NAS stand-in and the Prometheus are other containers: running.
+    lab.state.update(
+        {CFG.registry_name: "running", CFG.nas_name: "running", CFG.prometheus_name: "running"}
+    )
     return lab
 
 

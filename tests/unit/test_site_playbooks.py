@@ -26,6 +26,7 @@ STAGE_NAMES = (
     "fabric",
     "model",
     "clock",
+    "metrics",
     "image",
     "serve",
     "smoke",

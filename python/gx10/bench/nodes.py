@@ -71,6 +71,8 @@ class Node:
     become: tuple[str, ...] = ()  # ("sudo", "-n"): for the commands that need root
     tool: tuple[str, ...] = (DEFAULT_TOOL,)  # the node's gx10-gpu-clock
     nvidia_smi: str = "nvidia-smi"
+    # The node's `node_extra` variables, templated (role defaults beneath the inventory's values).
+    settings: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def argv(self, command: Sequence[str], *, privileged: bool = False) -> list[str]:
         """The controller-side argv that runs `command` on this node."""
@@ -230,14 +232,17 @@ def load_cluster(
     *,
     need_api_key: bool = True,
     extra: Sequence[str] = (),
+    node_extra: Sequence[str] = (),
     role_defaults: Sequence[str] = (),
 ) -> Cluster:
     """Read the inventory (one or more sources, as `ansible-playbook -i` takes them).
 
     `need_api_key=False` skips `vllm_serve_api_key` (given some other way): a value that cannot
     be read (a vault without its password) then does not stop the run. `extra` names more head
-    variables to template into `Cluster.settings`; `role_defaults` names roles whose
-    `defaults/main.yml` (read by Ansible's loader) supply the values the inventory does not set.
+    variables to template into `Cluster.settings`, `node_extra` every node's into its
+    `Node.settings` (`gx10 metrics config`: each node's exporter address); `role_defaults` names
+    roles whose `defaults/main.yml` (read by Ansible's loader) supply the values the inventory
+    does not set.
     """
     # The project's ansible.cfg (inventory ignore patterns, collections), as provision() uses it.
     os.environ.setdefault("ANSIBLE_CONFIG", str(ansible_cfg(project_home())))
@@ -304,6 +309,7 @@ def load_cluster(
                 group=group,
                 tool=tuple(shlex.split(str(tool))),
                 nvidia_smi=str(values.get("gx10_nvidia_smi") or "nvidia-smi"),
+                settings=read(host, node_extra) if node_extra else {},
                 **transport_for(host.name, values),
             )
         )

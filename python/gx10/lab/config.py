@@ -1,4 +1,5 @@
-"""What the lab is: two GB10 stand-ins, their rail cables, a management network, a registry.
+"""What the lab is: two GB10 stand-ins, their rail cables, a management network, a registry,
+a NAS stand-in and a Prometheus.
 
 Names and addresses here mirror `inventories/lab`; the rail netdevs are the real GB10 names
 (FIELD_NOTES section 2) so roles run unchanged against the lab.
@@ -62,6 +63,14 @@ class LabConfig:
     # network (the nodes reach it as http://gx10-nas:8080/, the inventory's gx10_model_source).
     nas_name: str = "gx10-nas"
     nas_port: int = 8080
+    # The lab's Prometheus: scrapes the nodes and the head over the management network with the
+    # config `gx10 metrics config` writes from `metrics_inventory` (under the project home); its
+    # HTTP API is published on this machine's loopback (GX10_LAB_PROMETHEUS_PORT, default 9090).
+    prometheus_name: str = "gx10-prometheus"
+    prometheus_port: int = field(
+        default_factory=lambda: int(os.environ.get("GX10_LAB_PROMETHEUS_PORT", "9090"))
+    )
+    metrics_inventory: str = "inventories/lab"
 
     @property
     def nas_volume(self) -> str:
@@ -77,6 +86,11 @@ class LabConfig:
     def registry_host_address(self) -> str:
         """The registry as this machine reaches it (loopback only)."""
         return f"127.0.0.1:{self.registry_port}"
+
+    @property
+    def prometheus_url(self) -> str:
+        """The lab's Prometheus as this machine reaches it (loopback only)."""
+        return f"http://127.0.0.1:{self.prometheus_port}"
 
     def mgmt_address(self, node: str) -> str:
         """The node's fixed management address: .10 for the first node, .11 for the next."""

@@ -169,6 +169,34 @@ def registry_spec() -> ImageSpec:
     )
 
 
+PROMETHEUS_CONFIG_DIR = "/etc/prometheus"
+PROMETHEUS_PORT = 9090
+
+
+def prometheus_spec() -> ImageSpec:
+    """The lab's Prometheus: Debian's package, its HTTP API on :9090. It runs as root in its
+    container (the config and an API key file are copied in root-owned when the lab starts it);
+    the lab publishes the port on this machine's loopback only."""
+    prom = IMAGE_DIR / "prometheus"
+    command = [
+        "/usr/bin/prometheus",
+        f"--config.file={PROMETHEUS_CONFIG_DIR}/prometheus.yml",
+        "--storage.tsdb.path=/var/lib/prometheus/metrics2",
+        "--storage.tsdb.retention.time=2d",
+        f"--web.listen-address=:{PROMETHEUS_PORT}",
+    ]
+    return ImageSpec(
+        name="prometheus",
+        packages_file=prom / "packages.txt",
+        variant="minbase",
+        changes=(
+            "CMD [" + ", ".join(f'"{arg}"' for arg in command) + "]",
+            f"EXPOSE {PROMETHEUS_PORT}",
+            f"LABEL {LAB_LABEL}.image=prometheus",
+        ),
+    )
+
+
 def apt_sources() -> list[str]:
     """This machine's apt source files, handed to mmdebstrap as its mirrors."""
     found: list[str] = []

@@ -15,16 +15,23 @@ Design choices, and why:
   real GB10 netdev name on both ends: a cable, no bridge, no switch. Deleting a node deletes its
   namespace and with it the cable.
 * Every object carries the label `gx10.lab=<name>`; `down` removes by that label, never by pattern.
+* A real Prometheus (Debian's) scrapes the lab as a site's would: its config is the one
+  `gx10 metrics config` writes from the lab inventory, its HTTP API is on this machine's loopback.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+import tarfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from gx10.lab import _docker, checkpoint, images, registry
 from gx10.lab.config import LAB_LABEL, MAX_GENERATION, LabConfig, Rail, mac_generation
@@ -103,6 +110,8 @@ class LabStatus:
     registry: str
     registry_address: str
     problems: tuple[str, ...] = field(default_factory=tuple)
+    prometheus: str = "absent"
+    prometheus_url: str = ""
 
     @property
     def running(self) -> bool:
@@ -126,6 +135,8 @@ class LabStatus:
                 f"docker {node.docker_engine or '-'}; rails: {rails or '-'}"
             )
         lines.append(f"  registry: {self.registry} ({self.registry_address} from the nodes)")
+        if self.prometheus_url:
+            lines.append(f"  prometheus: {self.prometheus} ({self.prometheus_url} on this machine)")
         lines.extend(f"  problem: {p}" for p in self.problems)
         return lines
 
@@ -244,6 +255,107 @@ def _ensure_nas(cfg: LabConfig, log: Log) -> None:
 def _serve_dir_script() -> Path:
     """The read-only Range-capable file server the model_sync role runs on the head."""
     return project_home() / "roles" / "model_sync" / "files" / "gx10_serve_dir.py"
+
+
+# The label that records which config (and image) the lab's Prometheus was started with.
+PROMETHEUS_CONFIG_LABEL = f"{LAB_LABEL}.prometheus-config"
+
+
+def prometheus_files(cfg: LabConfig) -> dict[str, tuple[str, int]]:
+    """What the lab's Prometheus reads, as `gx10 metrics config` writes it from the lab's
+    inventory: {file name: (text, mode)}, prometheus.yml and, where the inventory sets an API
+    key, the key file (0600) that prometheus.yml references."""
+    from gx10.bench.nodes import load_cluster  # noqa: PLC0415 - ansible is slow to import
+    from gx10.metrics import config as metrics_config  # noqa: PLC0415
+
+    cluster = load_cluster(
+        [project_home() / cfg.metrics_inventory],
+        node_extra=metrics_config.NODE_VARS,
+        role_defaults=(metrics_config.ROLE,),
+    )
+    config = metrics_config.build(cluster, write_key=bool(cluster.api_key.strip()))
+    wanted = {metrics_config.CONFIG_FILE, metrics_config.KEY_FILE}
+    return {
+        str(out.path): (out.text, out.mode)
+        for out in metrics_config.files(config)
+        if out.path in wanted
+    }
+
+
+def files_tar(files: Mapping[str, tuple[str, int]]) -> bytes:
+    """Files as a tar stream for `docker cp - CONTAINER:DIR`: owned by root, each with its mode."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for name, (text, mode) in sorted(files.items()):
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, int(images.SOURCE_DATE_EPOCH)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def config_digest(tag: str, files: Mapping[str, tuple[str, int]]) -> str:
+    digest = hashlib.sha256(tag.encode())
+    for name, (text, mode) in sorted(files.items()):
+        digest.update(f"\0{name}\0{mode:o}\0".encode() + text.encode())
+    return digest.hexdigest()[:16]
+
+
+def _ensure_prometheus(cfg: LabConfig, log: Log) -> None:
+    """Run the lab's Prometheus with the config of `gx10 metrics config -i <the lab inventory>`.
+
+    Recreated (its samples with it: test equipment, nothing kept) when that config or its image
+    changed; left alone otherwise. Its HTTP API is published on this machine's loopback."""
+    tag = images.ensure(images.prometheus_spec(), log)
+    files = prometheus_files(cfg)
+    digest = config_digest(tag, files)
+    state = _state(cfg.prometheus_name)
+    if state == "running":
+        label = _docker.docker(
+            "inspect", "-f", f'{{{{index .Config.Labels "{PROMETHEUS_CONFIG_LABEL}"}}}}',
+            cfg.prometheus_name,
+        )  # fmt: skip
+        if label == digest:
+            return
+        log(f"{cfg.prometheus_name}: the scrape config or the image changed; recreating it")
+    if state != "absent":
+        _docker.docker("rm", "-f", cfg.prometheus_name)
+    log(f"starting Prometheus {cfg.prometheus_name} ({cfg.prometheus_url} on this machine)")
+    _docker.docker(
+        "create", "--name", cfg.prometheus_name, *_labels(cfg, "prometheus"),
+        "--label", f"{PROMETHEUS_CONFIG_LABEL}={digest}",
+        "--network", cfg.mgmt_network, "--restart", "unless-stopped",
+        "-p", f"127.0.0.1:{cfg.prometheus_port}:{images.PROMETHEUS_PORT}",
+        tag,
+    )  # fmt: skip
+    _docker.docker(
+        "cp", "-", f"{cfg.prometheus_name}:{images.PROMETHEUS_CONFIG_DIR}",
+        input_bytes=files_tar(files),
+    )  # fmt: skip
+    _docker.docker("start", cfg.prometheus_name)
+    _wait_prometheus(cfg)
+
+
+def _wait_prometheus(cfg: LabConfig, timeout: float = 60.0) -> None:
+    """Wait (bounded) until the lab's Prometheus answers its readiness endpoint."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            response = httpx.get(f"{cfg.prometheus_url}/-/ready", timeout=5)
+            if response.status_code == 200:
+                return
+            last = f"HTTP {response.status_code}"
+        except httpx.HTTPError as exc:
+            last = str(exc) or type(exc).__name__
+        if _state(cfg.prometheus_name) not in ("running", "created", "restarting"):
+            break
+        time.sleep(0.5)
+    logs = _docker.docker("logs", "--tail", "20", cfg.prometheus_name, check=False)
+    raise LabError(
+        f"the lab's Prometheus did not get ready at {cfg.prometheus_url} within {timeout:.0f} s "
+        f"({last or _state(cfg.prometheus_name)}); its log ends: {logs[-800:]}"
+    )
 
 
 def _ensure_node(cfg: LabConfig, node: str, tag: str, log: Log) -> bool:
@@ -599,6 +711,7 @@ def up(cfg: LabConfig | None = None, log: Log = print) -> LabStatus:
         _wait_booted(cfg, node)
     ensure_rails(cfg, log)
     registry.publish(cfg, log)
+    _ensure_prometheus(cfg, log)
     result = status(cfg)
     if not result.running:
         raise LabError("lab did not come up: " + "; ".join(result.problems))
@@ -677,12 +790,19 @@ def status(cfg: LabConfig | None = None) -> LabStatus:
     nas_state = _state(cfg.nas_name)
     if nas_state != "running":
         problems.append(f"NAS stand-in {cfg.nas_name} is {nas_state} (run `gx10 lab up`)")
+    prometheus_state = _state(cfg.prometheus_name)
+    if prometheus_state != "running":
+        problems.append(
+            f"Prometheus {cfg.prometheus_name} is {prometheus_state} (run `gx10 lab up`)"
+        )
     return LabStatus(
         name=cfg.name,
         nodes=tuple(nodes),
         registry=registry_state,
         registry_address=cfg.registry_address,
         problems=tuple(problems),
+        prometheus=prometheus_state,
+        prometheus_url=cfg.prometheus_url,
     )
 
 

@@ -117,6 +117,12 @@ SMOKE_BATTERY_CASES = (
     "agent-loop",
     "messages",
 )
+# The metrics stage (the metrics_exporter role) per node: whether it runs, node exporter's port,
+# and how often the GPU telemetry is read; checked here so a typo stops the run before any change.
+METRICS_ENABLED_VAR = "metrics_exporter_enabled"
+METRICS_PORT_VAR = "metrics_exporter_port"
+METRICS_INTERVAL_VAR = "metrics_exporter_gpu_interval"
+METRICS_VARS = (METRICS_ENABLED_VAR, METRICS_PORT_VAR, METRICS_INTERVAL_VAR)
 NODE_VARS = (
     *CLUSTER_VARS,
     "gx10_node_id",
@@ -131,6 +137,7 @@ NODE_VARS = (
     SMOKE_BATTERY_CASES_VAR,
     # The serving profile, its overrides and the memory budget's inputs (module_utils/serve_plan).
     *serve_plan.NODE_VARS,
+    *METRICS_VARS,
 )
 # A no-fragment ping payload of MTU - 28 (IPv4 and ICMP headers) fills one frame exactly.
 IPV4_ICMP_HEADERS = 28
@@ -341,6 +348,7 @@ def _analyse(
         _check_addresses(rail, result.nodes, result.node_ids, errors)
     for host in result.nodes:
         _check_clock_policy(host, node_vars[host], errors)
+        _check_metrics(host, node_vars[host], errors)
         _check_faults_ignore(host, node_vars[host], errors)
         if result.supervised:
             _check_supervisor_timings(host, node_vars[host], errors)
@@ -1005,6 +1013,36 @@ def _check_clock_policy(host: str, host_vars: Mapping[str, Any], errors: list[st
         "reference deployment's efficiency optimum), or 'unlocked' to leave the clock to the "
         "driver."
     )
+
+
+def _check_metrics(host: str, host_vars: Mapping[str, Any], errors: list[str]) -> None:
+    """metrics_exporter_enabled: a bool; metrics_exporter_port: a TCP port;
+    metrics_exporter_gpu_interval: 1-3600 seconds."""
+    enabled = _value(host_vars, METRICS_ENABLED_VAR)
+    if enabled is not _MISSING and not isinstance(enabled, bool):
+        errors.append(
+            f"{METRICS_ENABLED_VAR} on host {host} is {_show(enabled)} ({_type_name(enabled)}): "
+            f"it must be true or false, e.g. {METRICS_ENABLED_VAR}: true in group_vars/all.yml "
+            f"(on the command line -e '{{\"{METRICS_ENABLED_VAR}\": true}}': -e key=value gives "
+            "a string)"
+        )
+    for name, low, high, example in (
+        (METRICS_PORT_VAR, 1, 65535, "9100 (node exporter's)"),
+        (METRICS_INTERVAL_VAR, 1, 3600, "5 (seconds)"),
+    ):
+        value = _value(host_vars, name)
+        if value is _MISSING:
+            continue
+        number = (
+            int(value)
+            if _is_int(value) or (isinstance(value, str) and value.strip().isdigit())
+            else None
+        )
+        if number is None or not low <= number <= high:
+            errors.append(
+                f"{name} on host {host} is {_show(value)}: it must be a whole number from {low} "
+                f"to {high}, e.g. {name}: {example}"
+            )
 
 
 def _origin(host: str, defaulted: set[str]) -> str:

@@ -793,6 +793,49 @@ def test_clock_minimum_must_be_a_clock() -> None:
     assert error.startswith("gpu_clock_min_mhz on host gx10-a is 'low'"), error
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        {"metrics_exporter_enabled": True, "metrics_exporter_port": 9100},
+        {"metrics_exporter_enabled": False, "metrics_exporter_port": "19100"},
+        {"metrics_exporter_gpu_interval": 1},
+        {"metrics_exporter_gpu_interval": "3600"},
+    ],
+)
+def test_metrics_variables_accepted(values: dict[str, Any]) -> None:
+    assert errors_of(per_host={"gx10-b": values}) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "fragments"),
+    [
+        ("metrics_exporter_enabled", "yes", ["is 'yes' (str)", "true or false", "-e key=value"]),
+        ("metrics_exporter_port", 0, ["is 0:", "from 1 to 65535", "9100"]),
+        ("metrics_exporter_port", 70000, ["is 70000:", "from 1 to 65535"]),
+        ("metrics_exporter_port", "http", ["is 'http':", "whole number"]),
+        ("metrics_exporter_port", True, ["is True:"]),
+        ("metrics_exporter_gpu_interval", 0, ["is 0:", "from 1 to 3600", "5 (seconds)"]),
+        ("metrics_exporter_gpu_interval", 2.5, ["is 2.5:", "whole number"]),
+    ],
+)
+def test_metrics_variables_rejected_naming_host_value_and_fix(
+    name: str, value: Any, fragments: list[str]
+) -> None:
+    error = one_error(per_host={"gx10-b": {name: value}})
+    assert error.startswith(f"{name} on host gx10-b "), error
+    assert_mentions(error, *fragments)
+
+
+def test_metrics_variables_are_read_from_the_nodes() -> None:
+    for name in (
+        "metrics_exporter_enabled",
+        "metrics_exporter_port",
+        "metrics_exporter_gpu_interval",
+    ):
+        assert name in NODE_VARS
+
+
 def test_rdma_devices_and_ping_payload_per_rail() -> None:
     hostvars = {
         "gx10-a": {"gx10_rdma_devices": {"enp1s0f0np0": "rocep1s0f0"}, "gx10_rail_mtu": 1500},
