@@ -339,6 +339,13 @@ def path_problems(path: object) -> list[str]:
         problems.append(f"path: {path!r} has an empty or '.' component; {fix}")
     if is_ignored(path):
         problems.append(f"path: {path!r} is a place gx10 never treats as a model file")
+    if path.endswith(PARTIAL_SUFFIX):
+        # It would collide with the name a fetch gives a file until it is verified, and a peer
+        # server never serves such a name.
+        problems.append(
+            f"path: {path!r} ends in {PARTIAL_SUFFIX}, the name gx10 gives a file while it is "
+            "fetched and not yet verified; gx10 cannot hold a model file by that name"
+        )
     return problems
 
 
