@@ -195,8 +195,8 @@ def wrapper_for(python: str) -> str:
 
 
 def install_wrapper(node: Node, python: str) -> None:
-    """The wrapper, as root (it runs modules as root), and its log, which whatever user a module
-    runs as can append to; both removed at the end."""
+    """The wrapper, written as root (with become, modules run through it as root), and its log,
+    which any user a module runs as can append to; both removed at the end."""
     on_node(
         node,
         f"mkdir -p -m 755 {REMOTE_DIR} && cat > {WRAPPER} && chmod 755 {WRAPPER} "
