@@ -322,13 +322,14 @@ def print_verify_report(console: Console, report: VerifyReport) -> None:
 
 
 def sync_table(result: SyncResult) -> Table:
-    """Per node: verified or not, files, what was fetched, hashed and vouched for by the cache."""
+    """Per node: verified or not, files, what was fetched, what was read back from its own disk
+    to hash, and what the cache vouched for."""
     table = Table(box=box.SIMPLE_HEAD)
     table.add_column("node", no_wrap=True)
     table.add_column("verified")
     table.add_column("files", justify="right")
     table.add_column("fetched", justify="right")
-    table.add_column("hashed", justify="right")
+    table.add_column("read back", justify="right")
     table.add_column("cache hits", justify="right")
     table.add_column("seconds", justify="right")
     for node in result.nodes:
@@ -337,7 +338,7 @@ def sync_table(result: SyncResult) -> Table:
             "yes" if node.verified else "NO",
             str(node.files),
             f"{node.files_fetched} ({decimal(node.bytes_fetched)})",
-            decimal(node.bytes_hashed),
+            decimal(node.bytes_read_back),
             decimal(node.bytes_cached),
             f"{node.seconds:.1f}",
             style=None if node.verified else "red",
@@ -351,7 +352,13 @@ def print_sync_report(console: Console, result: SyncResult) -> None:
         console.print(sync_table(result))
     if any(n.files_fetched for n in result.nodes):
         console.print(
-            Text("  (a fetched file is hashed as it lands; that is not in 'hashed')", style="dim")
+            Text(
+                "  (a fetched file is hashed as it is received, never read back; 'read back' is "
+                "what a node read from its own disk to hash: copies already in place, resumed "
+                ".partial files)",
+                style="dim",
+            ),
+            soft_wrap=True,
         )
     for node in result.unverified:
         console.print(Text.assemble(("  " + node.node, "bold"), f": {node.reason}"), soft_wrap=True)
@@ -377,13 +384,13 @@ def print_sync_report(console: Console, result: SyncResult) -> None:
                 soft_wrap=True,
             )
     fetched = sum(n.bytes_fetched for n in result.nodes)
-    hashed = sum(n.bytes_hashed for n in result.nodes)
+    read_back = sum(n.bytes_read_back for n in result.nodes)
     if result.ok:
         size = max(n.bytes_total for n in result.nodes)
         verdict = Text.assemble(
             ("OK", "bold green"),
             f": {len(result.nodes)} node(s) verified ({decimal(size)} each); "
-            f"{decimal(fetched)} fetched, {decimal(hashed)} hashed",
+            f"{decimal(fetched)} fetched, {decimal(read_back)} read back to hash",
         )
     else:
         run = f"status={result.run.status}, rc={result.run.rc}"

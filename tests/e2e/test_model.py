@@ -28,7 +28,9 @@ TOTAL = sum(f["size"] for f in MANIFEST["files"])
 SHARD = "model-00007-of-00048.safetensors"
 RAIL0 = "enp1s0f0np0"
 SHARD_SHA256 = next(f["sha256"] for f in MANIFEST["files"] if f["path"] == SHARD)
+SHARD_SIZE = next(f["size"] for f in MANIFEST["files"] if f["path"] == SHARD)
 FETCH_TASK = "Fetch what is missing or bad, verified before it gets its name"
+NEED_TASK = "Find what this worker lacks, and check its free disk"
 
 
 def _model(**extravars: object) -> ProvisionResult:
@@ -85,6 +87,11 @@ def test_a_flipped_byte_is_named_and_only_that_file_refetched(synced: ProvisionR
     assert [f["path"] for f in worker["found"]] == [SHARD]
     assert worker["found"][0]["status"] == "hash_mismatch"
     assert worker["fetched"] == [SHARD]
+    # The flipped copy was read once to find it (its stamp changed: the worker's check-mode probe
+    # read it and cached the wrong digest); the new one was hashed as it came, not read again.
+    probe = _results(run, NEED_TASK)["gx10-b"]
+    assert probe["bytes_read_back"] + worker["bytes_read_back"] == SHARD_SIZE
+    assert worker["bytes_received"] == worker["bytes_hashed_receiving"] == SHARD_SIZE
     assert _results(run, FETCH_TASK)["gx10-a"]["bytes_from_source"] == 0
     after = _inodes("gx10-b")
     assert after[SHARD] != before[SHARD]
@@ -117,6 +124,8 @@ def test_a_partial_left_by_a_kill_resumes_with_a_range(synced: ProvisionResult) 
     worker = _results(run, FETCH_TASK)["gx10-b"]
     assert worker["fetched"] == [SHARD]
     assert worker["bytes_from_source"] == size - 600000  # resumed, not restarted
+    assert worker["bytes_read_back"] == 600000  # the prefix, read once to carry the hash on
+    assert worker["bytes_hashed_receiving"] == size - 600000
     assert _sha256("gx10-b", SHARD) == SHARD_SHA256
     assert node_sh("gx10-b", f"find {MODEL_DIR} -name '*.partial'") == ""
 
@@ -194,6 +203,8 @@ def test_a_node_that_lost_its_copy_resyncs_from_the_head_over_the_rail(
     assert fetch["gx10-a"]["bytes_from_source"] == 0  # the NAS is not read again
     assert fetch["gx10-b"]["bytes_from_source"] == TOTAL
     assert fetch["gx10-b"]["files_fetched"] == len(MANIFEST["files"])
+    assert fetch["gx10-b"]["bytes_received"] == fetch["gx10-b"]["bytes_hashed_receiving"] == TOTAL
+    assert fetch["gx10-b"]["bytes_read_back"] == 0  # nothing it fetched was read again
     assert node_sh(
         "gx10-a", "systemctl is-active gx10-model-peer.service", check=False
     ).strip() in (
@@ -214,6 +225,9 @@ def test_two_node_sync_reads_the_source_once(synced: ProvisionResult) -> None:
     )
     assert from_source == TOTAL
     assert fetch["gx10-b"]["bytes_from_source"] == TOTAL  # from the head, over the rail
+    for node in ("gx10-a", "gx10-b"):  # each byte read once per node: received, never re-read
+        assert fetch[node]["bytes_received"] == fetch[node]["bytes_hashed_receiving"] == TOTAL
+        assert fetch[node]["bytes_read_back"] == 0
 
 
 def test_disk_too_small_fails_before_any_byte_moves(synced: ProvisionResult) -> None:
@@ -266,7 +280,9 @@ def test_warm_reapply_is_a_fraction_of_a_full_verify(synced: ProvisionResult) ->
     full_fetch = _results(full, FETCH_TASK)["gx10-a"]
     warm_fetch = _results(warm, FETCH_TASK)["gx10-a"]
     assert full_fetch["bytes_hashed"] == TOTAL
+    assert full_fetch["bytes_read_back"] == TOTAL  # reverify reads every file, as before
     assert warm_fetch["bytes_hashed"] == 0
+    assert warm_fetch["bytes_read_back"] == 0
     print(
         f"\nmodel stage, full verify (reverify): {full_s:.2f} s wall, head module "
         f"{full_fetch['seconds']:.3f} s hashing {TOTAL} bytes; warm re-apply: {warm_s:.2f} s wall, "

@@ -173,6 +173,11 @@ BAD_INPUTS = [
         id="reserved-path",
     ),
     pytest.param(
+        _set(("files", 0, "path"), "model-00001.safetensors.partial"),
+        ["ends in .partial, the name gx10 gives a file while it is fetched"],
+        id="partial-name",
+    ),
+    pytest.param(
         _append_file({"path": "config.json/x", "size": 1, "kind": "git", "git_sha1": CONFIG_SHA1}),
         ["path 'config.json/x' is inside 'config.json', which is listed as a file"],
         id="file-and-directory",

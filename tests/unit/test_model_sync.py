@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from cli_helpers import invoke
 from rich.console import Console
 
+from ansible_collections.gx10.cluster.plugins.modules import model_fetch
 from gx10.errors import InventoryNotFoundError
 from gx10.model import sync as sync_module
 from gx10.progress import RunStatus
@@ -75,6 +77,9 @@ def _res(**changes: Any) -> dict[str, Any]:
         "fetched": [],
         "bytes_total": TOTAL,
         "bytes_from_source": 0,
+        "bytes_received": 0,
+        "bytes_hashed_receiving": 0,
+        "bytes_read_back": 0,
         "bytes_hashed": 0,
         "bytes_cached": TOTAL,
         "seconds": 0.01,
@@ -114,6 +119,9 @@ FIRST_SYNC = [
         _res(
             files_fetched=74,
             bytes_from_source=TOTAL,
+            bytes_received=TOTAL - 600_000,
+            bytes_hashed_receiving=TOTAL - 600_000,
+            bytes_read_back=1000 + 600_000,  # a verify read, a resumed .partial's prefix
             bytes_hashed=1000,
             bytes_cached=0,
             seconds=412.5,
@@ -122,12 +130,21 @@ FIRST_SYNC = [
     _event(
         "gx10-b",
         "fetch",
-        _res(files_fetched=74, bytes_from_source=TOTAL, bytes_cached=0, seconds=220.0),
+        _res(
+            files_fetched=74,
+            bytes_from_source=TOTAL,
+            bytes_received=TOTAL,
+            bytes_hashed_receiving=TOTAL,
+            bytes_cached=0,
+            seconds=220.0,
+        ),
     ),
     _event("gx10-a", "verify", _res(seconds=0.25)),
-    _event("gx10-b", "verify", _res(seconds=0.5)),
+    _event("gx10-b", "verify", _res(seconds=0.5, bytes_read_back=7, bytes_hashed=7)),
     # Another role's task file of the same name is not this stage's verify.
-    _event("gx10-a", "verify", _res(bytes_hashed=5, seconds=9.0), role="vllm_serve"),
+    _event(
+        "gx10-a", "verify", _res(bytes_hashed=5, bytes_read_back=5, seconds=9.0), role="vllm_serve"
+    ),
 ]
 
 BAD_WORKER = {
@@ -188,6 +205,9 @@ def test_every_node_verified_exits_0_with_its_totals(fake: FakeProvision) -> Non
         "files_fetched": 74,
         "bytes_total": TOTAL,
         "bytes_fetched": TOTAL,
+        "bytes_received": TOTAL - 600_000,
+        "bytes_hashed_receiving": TOTAL - 600_000,
+        "bytes_read_back": 601_000,  # every pass of this stage, not the vllm_serve gate
         "bytes_hashed": 1000,  # the fetch pass and the verify pass, not the vllm_serve gate
         "bytes_cached": 0,  # the first pass found nothing to vouch for
         "seconds": 412.75,
@@ -197,6 +217,8 @@ def test_every_node_verified_exits_0_with_its_totals(fake: FakeProvision) -> Non
     }
     assert worker["seconds"] == 220.502  # need + fetch + verify
     assert worker["bytes_cached"] == 0
+    assert worker["bytes_received"] == worker["bytes_hashed_receiving"] == TOTAL
+    assert worker["bytes_read_back"] == 7  # the fetch pass read nothing back; its verify pass 7
     assert "gx10-a" in run.stderr  # the human report went to stderr with --json
 
 
@@ -206,7 +228,10 @@ def test_the_table_names_each_node_and_what_it_fetched(fake: FakeProvision) -> N
     rows = {line.split()[0]: line.split() for line in run.stdout.splitlines() if "gx10-" in line}
     assert rows["gx10-a"][1:4] == ["yes", "74", "74"]
     assert "(166.9 GB)" in " ".join(rows["gx10-a"])
+    assert rows["gx10-a"][6:8] == ["601.0", "kB"]  # read back: a verify read and a prefix
+    assert "read back" in run.stdout
     assert "OK: 2 node(s) verified (166.9 GB each)" in run.stdout
+    assert "601.0 kB read back to hash" in run.stdout
     # Not a terminal: no status line, no bar, nothing else on stderr.
     assert run.stderr == ""
 
@@ -401,3 +426,54 @@ def test_another_schema_or_pass_is_not_read() -> None:
     read = sync_module.read_result(unsure)
     assert read is not None
     assert read[2].failed is True  # not a plain boolean "no": never counted as verified
+
+
+# --- the contract between model_fetch, the role and this reader ------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+# What NodeSync reads from a published result.
+READ_KEYS = {
+    "ok",
+    "msg",
+    "files_total",
+    "files_fetched",
+    "bytes_total",
+    "bytes_from_source",
+    "bytes_received",
+    "bytes_hashed_receiving",
+    "bytes_read_back",
+    "bytes_hashed",
+    "bytes_cached",
+    "seconds",
+    "failures",
+    "extras",
+}
+
+
+def test_every_total_the_reader_takes_is_published_documented_and_returned() -> None:
+    role_vars = yaml.safe_load((ROOT / "roles/model_sync/vars/main.yml").read_text())
+    published = set(role_vars["__model_sync_result_keys"])
+    assert published >= READ_KEYS
+    readme = (ROOT / "roles/model_sync/README.md").read_text()
+    example = readme[readme.index("model_sync_result:\n  schema: 1") :]
+    example = example[: example.index("```")]
+    assert {key for key in published if f"    {key}: " in example} == published
+    returned = yaml.safe_load(model_fetch.RETURN)
+    assert published - {"msg"} <= set(returned)
+
+
+def test_a_fetch_that_read_nothing_back_shows_zero_beside_what_it_received() -> None:
+    reader = sync_module.SyncEvents()
+    fetch = _res(
+        files_fetched=74,
+        bytes_from_source=TOTAL,
+        bytes_received=TOTAL,
+        bytes_hashed_receiving=TOTAL,
+        bytes_cached=0,
+    )
+    for event in (_event("gx10-a", "fetch", fetch), _event("gx10-a", "verify", _res())):
+        reader(event)
+    node = reader.result(_run()).nodes[0]
+    assert (node.bytes_received, node.bytes_hashed_receiving) == (TOTAL, TOTAL)
+    assert node.bytes_read_back == 0
+    assert node.to_dict()["bytes_read_back"] == 0

@@ -55,9 +55,17 @@ class NodeSync:
     """Size of the checkpoint."""
     bytes_fetched: int
     """Read from the source (the head) or from the head's copy (a worker)."""
+    bytes_received: int
+    """Written into `.partial` files by the fetch (every attempt)."""
+    bytes_hashed_receiving: int
+    """Of those, hashed in the loop that wrote them: a fetched file is verified as it lands."""
+    bytes_read_back: int
+    """Read back from the node's own disk to hash, all passes together: resumed `.partial`
+    prefixes and the verify passes' reads. A fetched file adds nothing;
+    bytes_read_back / bytes_total is the sync's read amplification."""
     bytes_hashed: int
-    """Read and hashed by the verify passes, all passes together (cache hits are not read; the
-    hash of a fetched file as it lands is not counted either)."""
+    """Read and hashed by the verify passes, all passes together (cache hits are not read, nor
+    is a fetched file, hashed as it was received)."""
     bytes_cached: int
     """Vouched for by the verification cache in the node's first pass: the copy it started
     with that did not need reading (later passes mostly find the run's own work)."""
@@ -77,6 +85,9 @@ class NodeSync:
             "files_fetched": self.files_fetched,
             "bytes_total": self.bytes_total,
             "bytes_fetched": self.bytes_fetched,
+            "bytes_received": self.bytes_received,
+            "bytes_hashed_receiving": self.bytes_hashed_receiving,
+            "bytes_read_back": self.bytes_read_back,
             "bytes_hashed": self.bytes_hashed,
             "bytes_cached": self.bytes_cached,
             "seconds": round(self.seconds, 3),
@@ -197,6 +208,9 @@ class SyncEvents:
             files_fetched=_int(fetch.res, "files_fetched") if fetch else 0,
             bytes_total=max((_int(r, "bytes_total") for r in results), default=0),
             bytes_fetched=_int(fetch.res, "bytes_from_source") if fetch else 0,
+            bytes_received=_int(fetch.res, "bytes_received") if fetch else 0,
+            bytes_hashed_receiving=_int(fetch.res, "bytes_hashed_receiving") if fetch else 0,
+            bytes_read_back=sum(_int(r, "bytes_read_back") for r in results),
             bytes_hashed=sum(_int(r, "bytes_hashed") for r in results),
             bytes_cached=_int(first, "bytes_cached"),
             seconds=sum(_float(r, "seconds") for r in results),

@@ -4,6 +4,9 @@
 
 `python3 -m http.server` has no Range support: a download killed at 90% would start over. This is
 the same handler with single-range GET/HEAD added; it never writes and refuses other methods.
+It never serves a `<file>.partial` (404): that is a file still being fetched, unverified; a
+fetched file gets its own name only once its hash matched (gx10.cluster.model_fetch), so a node
+relaying the checkpoint serves verified files only.
 Standard library only: it runs on the head node (the peer source over the rail) and in the lab's
 NAS stand-in.
 
@@ -22,6 +25,8 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+# What gx10.cluster.model_fetch writes before a file is verified (model_files.PARTIAL_SUFFIX).
+PARTIAL_SUFFIX = ".partial"
 
 
 class RangeHandler(SimpleHTTPRequestHandler):
@@ -33,6 +38,9 @@ class RangeHandler(SimpleHTTPRequestHandler):
     def send_head(self) -> Any:
         self._range = None
         path = self.translate_path(self.path)
+        if path.endswith(PARTIAL_SUFFIX):
+            self.send_error(HTTPStatus.NOT_FOUND, "Not served: a file still being fetched")
+            return None
         header = self.headers.get("Range")
         if header is None or os.path.isdir(path):
             return super().send_head()

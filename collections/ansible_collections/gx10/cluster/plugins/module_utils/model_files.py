@@ -22,10 +22,16 @@ gx10.cluster.model_fetch module, and on the controller through ``gx10.model``, w
   (size, mtime_ns, ctime_ns, inode, dev) the file had while it was hashed. A file is skipped only
   if all five are unchanged (ctime catches a rewrite whose mtime was put back). Written atomically
   under an ``flock`` on ``<cache>.lock``, merged with what another verifier wrote meanwhile.
-- Install: a fetched file lands as ``<name>.partial``; ``install_verified`` hashes it and only then
-  renames it over the destination, so a destination only ever holds a verified file or what it
-  held before. Shorter than expected: kept (a resumable download). Longer, or the wrong hash:
-  removed (no resume can fix it).
+- Receive and install: a fetched file lands as ``<name>.partial`` through a ``Receiver``, which
+  hashes every buffer in the same loop that writes it (after the whole buffer is written), so the
+  bytes hashed are the bytes that reached the file and a freshly fetched file is never read back.
+  A resumed ``.partial``'s existing bytes are read once to carry the hash on. After the last byte
+  the digest is compared with the manifest's; only then is the file fsynced and renamed over the
+  destination, and the verification cache records it with the installed file's stamp (so the
+  verify pass after a fetch finds it there). ``install_verified`` does the same for a
+  ``.partial`` that is already complete (it reads it in full). A destination only ever holds a
+  verified file or what it held before. Shorter than expected: kept (a resumable download).
+  Longer, or the wrong hash: removed (no resume can fix it).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Literal, Protocol
 
 from ansible_collections.gx10.cluster.plugins.module_utils.model_errors import (
@@ -125,6 +132,23 @@ def git_blob_sha1(data: bytes) -> str:
     return hasher.hexdigest()
 
 
+class Hasher(Protocol):
+    """What hashlib's sha256 and sha1 objects offer that the hashing here uses."""
+
+    def update(self, data: bytes | bytearray | memoryview, /) -> None: ...
+    def hexdigest(self) -> str: ...
+
+
+def new_hasher(algo: Algo, size: int) -> Hasher:
+    """A hasher for a file of `size` bytes: sha256 of the content, or the git blob sha1, whose
+    ``blob <size>\\0`` header comes first (so the size must be known before the first byte)."""
+    if algo == "sha256":
+        return hashlib.sha256()
+    hasher = hashlib.sha1(usedforsecurity=False)
+    hasher.update(b"blob %d\0" % size)
+    return hasher
+
+
 def hash_file(
     path: Path,
     algo: Algo,
@@ -138,11 +162,7 @@ def hash_file(
         # Advice only: a filesystem (or OS) that refuses it still reads fine.
         with contextlib.suppress(OSError, AttributeError):
             os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        if algo == "sha256":
-            hasher = hashlib.sha256()
-        else:
-            hasher = hashlib.sha1(usedforsecurity=False)
-            hasher.update(b"blob %d\0" % before.size)
+        hasher = new_hasher(algo, before.size)
         buffer = bytearray(min(read_size, max(before.size, 1)))
         view = memoryview(buffer)
         while count := handle.readinto(buffer):
@@ -319,6 +339,13 @@ def path_problems(path: object) -> list[str]:
         problems.append(f"path: {path!r} has an empty or '.' component; {fix}")
     if is_ignored(path):
         problems.append(f"path: {path!r} is a place gx10 never treats as a model file")
+    if path.endswith(PARTIAL_SUFFIX):
+        # It would collide with the name a fetch gives a file until it is verified, and a peer
+        # server never serves such a name.
+        problems.append(
+            f"path: {path!r} ends in {PARTIAL_SUFFIX}, the name gx10 gives a file while it is "
+            "fetched and not yet verified; gx10 cannot hold a model file by that name"
+        )
     return problems
 
 
@@ -792,7 +819,7 @@ def _mode_of(path: Path, *, default: int) -> int:
         return default
 
 
-# --- install ---------------------------------------------------------------------------------
+# --- receive and install ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -802,11 +829,254 @@ class Installed:
     digest: str
     cached: bool
     """The verification cache learned the file, so the next verify does not read it again."""
+    read_back: int = 0
+    """Bytes of the ``.partial`` read from disk to hash them: a resumed prefix, or the whole
+    file for ``install_verified``; 0 for bytes hashed as they were received."""
 
 
 def partial_path(dest: Path) -> Path:
     """Where a fetch writes `dest` before it is verified: `<dest>.partial`, same directory."""
     return dest.with_name(dest.name + PARTIAL_SUFFIX)
+
+
+def _write(fd: int, data: memoryview) -> int:
+    """os.write, named so a test can make writes short."""
+    return os.write(fd, data)
+
+
+class Receiver:
+    """One file's bytes on their way into its ``.partial``, hashed as they are written.
+
+    The same loop writes a buffer, in full (a short write is continued until every byte of it is
+    in the file), and then hashes that very buffer: the digest is that of the bytes that reached
+    the file, in file order, and nothing is read back. A ``.partial`` left by an earlier attempt is
+    read once (``open_to_resume``) to carry the hash on from its end. ``install`` compares the
+    digest with the manifest's, fsyncs, renames over the destination and records the file in the
+    verification cache. The ``.partial`` is held under an exclusive ``flock`` meanwhile, so a
+    second fetch of the same file cannot interleave its bytes with ours.
+
+    What this does not catch: a disk that corrupts the data after the write (the page cache held
+    what was hashed); the next ``reverify`` does. Use as a context manager (it closes the file).
+    """
+
+    def __init__(
+        self,
+        partial: Path,
+        dest: Path,
+        expected: Pinned,
+        *,
+        cache_file: Path | None = None,
+        read_size: int = READ_SIZE,
+    ) -> None:
+        self.partial = partial
+        self.dest = dest
+        self.expected = expected
+        self.cache_file = cache_file
+        self.received = 0
+        """Bytes written into the ``.partial`` from the source by this receiver."""
+        self.hashed_receiving = 0
+        """Of those, bytes hashed as they were written (all but a buffer a failed write cut)."""
+        self.read_back = 0
+        """Bytes of the ``.partial`` read from disk to hash them (a resumed prefix)."""
+        self._read_size = max(1, read_size)
+        self._fd = -1
+        self._offset = 0
+        self._hasher = new_hasher(expected.algo, expected.size)
+        self._resuming = False
+        self._installed = False
+
+    @property
+    def offset(self) -> int:
+        """Bytes in the ``.partial`` so far, all of them hashed: where the next write goes."""
+        return self._offset
+
+    @property
+    def size(self) -> int:
+        """The size the manifest pins."""
+        return self.expected.size
+
+    def __enter__(self) -> Receiver:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the ``.partial`` (releasing its lock); one that was opened to resume and is still
+        empty is removed: it holds nothing to resume from."""
+        if self._fd < 0:
+            return
+        try:
+            if self._resuming and not self._installed and self._offset == 0:
+                with contextlib.suppress(OSError):
+                    mine = os.fstat(self._fd)
+                    there = os.stat(self.partial)
+                    if (there.st_ino, there.st_dev, there.st_size) == (mine.st_ino, mine.st_dev, 0):
+                        os.unlink(self.partial)
+        finally:
+            os.close(self._fd)
+            self._fd = -1
+
+    def open_to_resume(self) -> int:
+        """Open (or create) the ``.partial``, hash what it already holds, and return that length,
+        where the fetch resumes. One longer than the file can be is emptied first. Raises
+        InstallError if it cannot be opened, locked or read."""
+        try:
+            self._fd = os.open(self.partial, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise InstallError(f"cannot open {self.partial}: {exc.strerror or exc}") from exc
+        self._resuming = True
+        self._lock()
+        try:
+            if os.fstat(self._fd).st_size > self.size:  # cannot be resumed onto; start over
+                os.ftruncate(self._fd, 0)
+        except OSError as exc:
+            raise InstallError(f"cannot resize {self.partial}: {exc.strerror or exc}") from exc
+        self._hash_existing()
+        return self._offset
+
+    def open_existing(self) -> None:
+        """Open a ``.partial`` that is already written and hash all of it (``install_verified``).
+        Raises InstallError if it cannot be opened, locked or read."""
+        try:
+            self._fd = os.open(self.partial, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise InstallError(f"{self.partial} does not exist; nothing to install") from None
+        except OSError as exc:
+            raise InstallError(f"cannot read {self.partial}: {exc.strerror or exc}") from exc
+        self._lock()
+        self._hash_existing()
+
+    def _lock(self) -> None:
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InstallError(
+                f"{self.partial} is being written by another fetch (it holds the file's lock); "
+                "let that one finish, or stop it, then run again"
+            ) from None
+
+    def _hash_existing(self) -> None:
+        """Read the file from its start and hash it: the only read-back a fetch does."""
+        try:
+            before = FileStamp.of(os.fstat(self._fd))
+            # Advice only: a filesystem (or OS) that refuses it still reads fine.
+            with contextlib.suppress(OSError, AttributeError):
+                os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            os.lseek(self._fd, 0, os.SEEK_SET)
+            buffer = bytearray(min(self._read_size, max(before.size, 1)))
+            view = memoryview(buffer)
+            done = 0
+            while done < before.size:
+                count = os.readv(self._fd, [view[: min(len(buffer), before.size - done)]])
+                if not count:
+                    break
+                self._hasher.update(view[:count])
+                done += count
+                self.read_back += count
+            after = FileStamp.of(os.fstat(self._fd))
+        except OSError as exc:
+            raise InstallError(f"cannot read {self.partial}: {exc.strerror or exc}") from exc
+        if after != before or done != before.size:
+            raise InstallError(
+                f"{self.partial} changed while it was verified; is a fetch still writing?"
+            )
+        self._offset = done
+
+    def restart(self) -> None:
+        """Empty the ``.partial`` and start the hash over (the source ignored the resume)."""
+        try:
+            os.ftruncate(self._fd, 0)
+            os.lseek(self._fd, 0, os.SEEK_SET)
+        except OSError as exc:
+            raise InstallError(f"cannot empty {self.partial}: {exc.strerror or exc}") from exc
+        self._offset = 0
+        self._hasher = new_hasher(self.expected.algo, self.expected.size)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Append `data` to the ``.partial`` and hash it, a slice of at most `read_size` at a
+        time (the slice is still in the core's cache when it is hashed). Raises InstallError if
+        the file cannot take it (a full disk): the bytes are then not all hashed, and the next
+        attempt reads back what the file holds."""
+        view = memoryview(data).cast("B")
+        for start in range(0, len(view), self._read_size):
+            piece = view[start : start + self._read_size]
+            written = 0
+            while written < len(piece):
+                try:
+                    count = _write(self._fd, piece[written:])
+                except OSError as exc:
+                    raise InstallError(
+                        f"cannot write {self.partial}: {exc.strerror or exc}"
+                    ) from exc
+                if count <= 0:
+                    raise InstallError(f"cannot write {self.partial}: a write made no progress")
+                written += count
+                self.received += count
+            # Only now, and exactly this buffer: the bytes hashed are the bytes the file got.
+            self._hasher.update(piece)
+            self.hashed_receiving += len(piece)
+            self._offset += len(piece)
+
+    def install(self) -> Installed:
+        """Judge the ``.partial`` by its hash, then rename it over the destination.
+
+        Raises IncompletePartialError (short: kept to resume), CorruptPartialError (too long or the
+        wrong hash: removed; the destination untouched) or InstallError.
+        """
+        expected = self.expected
+        try:
+            os.fsync(self._fd)  # the data is on disk before the name points at it
+            st = os.fstat(self._fd)
+        except OSError as exc:
+            raise InstallError(f"cannot flush {self.partial}: {exc.strerror or exc}") from exc
+        if st.st_size != self._offset:
+            raise InstallError(
+                f"{self.partial} changed while it was verified; is a fetch still writing?"
+            )
+        if self._offset < expected.size:
+            raise IncompletePartialError(
+                f"{self.partial} is incomplete: {self._offset} of {expected.size} bytes; kept so "
+                f"the fetch of {expected.path} can resume"
+            )
+        if self._offset > expected.size:
+            _remove(self.partial)
+            raise CorruptPartialError(
+                f"{self.partial} is corrupt: {self._offset} bytes, expected {expected.size}; "
+                f"removed, {expected.path} must be fetched again"
+            )
+        digest = self._hasher.hexdigest()
+        if digest != expected.digest:
+            _remove(self.partial)
+            raise CorruptPartialError(
+                f"{self.partial} is corrupt: {expected.algo} {digest}, expected "
+                f"{expected.digest}; removed, {expected.path} must be fetched again"
+            )
+        if self.dest.is_dir():
+            raise InstallError(f"cannot install {expected.path}: {self.dest} is a directory")
+        verified = FileStamp.of(st)
+        try:
+            self.dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(self.partial, self.dest)
+        except OSError as exc:
+            hint = (
+                " (the .partial must be on the same filesystem)" if exc.errno == errno.EXDEV else ""
+            )
+            raise InstallError(
+                f"cannot install {self.partial} as {self.dest}: {exc.strerror or exc}{hint}; "
+                "the verified .partial is kept"
+            ) from exc
+        self._installed = True
+        _fsync_dir(self.dest.parent)
+        cached = False
+        if self.cache_file is not None:
+            cached = _record(self.cache_file, self.dest, expected, verified)
+        return Installed(self.dest, expected.size, digest, cached, self.read_back)
 
 
 def install_verified(
@@ -817,7 +1087,8 @@ def install_verified(
     cache_root: Path | None = None,
     cache_path: Path | None = None,
 ) -> Installed:
-    """Verify `tmp_partial` against `expected`, then atomically rename it to `dest`.
+    """Verify `tmp_partial` against `expected` (reading it in full), then atomically rename it to
+    `dest`. A fetch hashes as it receives instead (``Receiver``) and reads nothing back.
 
     `cache_root` is the model directory whose verification cache should record the installed file
     (as `expected.path`; `cache_path` overrides the cache file), so verifying the directory right
@@ -831,6 +1102,7 @@ def install_verified(
         raise InstallError(f"{tmp_partial} is not a regular file")
     if dest.is_dir():
         raise InstallError(f"cannot install {expected.path}: {dest} is a directory")
+    # A size settles these without reading the file.
     if st.st_size < expected.size:
         raise IncompletePartialError(
             f"{tmp_partial} is incomplete: {st.st_size} of {expected.size} bytes; kept so the "
@@ -842,47 +1114,15 @@ def install_verified(
             f"{tmp_partial} is corrupt: {st.st_size} bytes, expected {expected.size}; removed, "
             f"{expected.path} must be fetched again"
         )
-    try:
-        digest = hash_file(tmp_partial, expected.algo)
-    except OSError as exc:
-        raise InstallError(f"cannot read {tmp_partial}: {exc.strerror or exc}") from exc
-    if digest.changed:
-        raise InstallError(
-            f"{tmp_partial} changed while it was verified; is a fetch still writing?"
-        )
-    if digest.hexdigest != expected.digest:
-        _remove(tmp_partial)
-        raise CorruptPartialError(
-            f"{tmp_partial} is corrupt: {expected.algo} {digest.hexdigest}, expected "
-            f"{expected.digest}; removed, {expected.path} must be fetched again"
-        )
-    _install(tmp_partial, dest, digest.stamp)
-    cached = False
-    if cache_root is not None:
-        cached = _record(cache_path or cache_root / CACHE_NAME, dest, expected, digest.stamp)
-    return Installed(dest, expected.size, digest.hexdigest, cached)
-
-
-def _install(partial: Path, dest: Path, verified: FileStamp) -> None:
-    try:
-        # The data must be on disk before the name points at it, or a crash could leave a
-        # verified name over unwritten blocks.
-        with open(partial, "rb") as handle:
-            os.fsync(handle.fileno())
-            if FileStamp.of(os.fstat(handle.fileno())) != verified:
-                raise InstallError(f"{partial} changed after it was verified; not installed")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(partial, dest)
-    except OSError as exc:
-        hint = " (the .partial must be on the same filesystem)" if exc.errno == errno.EXDEV else ""
-        raise InstallError(
-            f"cannot install {partial} as {dest}: {exc.strerror or exc}{hint}; "
-            "the verified .partial is kept"
-        ) from exc
-    _fsync_dir(dest.parent)
+    cache_file = (cache_path or cache_root / CACHE_NAME) if cache_root is not None else None
+    with Receiver(tmp_partial, dest, expected, cache_file=cache_file) as receiver:
+        receiver.open_existing()
+        return receiver.install()
 
 
 def _record(cache_file: Path, dest: Path, expected: Pinned, verified: FileStamp) -> bool:
+    """Put the installed `dest` in the cache with its own stamp (the rename changed its ctime),
+    as a verify pass that hashed it would have; False if it could not."""
     try:
         st = dest.stat()
         # The rename changes ctime only; anything else means the file is not the one we hashed.

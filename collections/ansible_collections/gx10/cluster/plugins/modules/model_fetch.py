@@ -12,9 +12,12 @@ description:
   - Verifies every manifest file under I(dest) (sizes first, then hashes in parallel, skipping
     files the verification cache vouches for), then fetches each missing or mismatching file from
     I(source) into C(<file>.partial), resuming a previous C(.partial) from its current length (an
-    HTTP Range request, or a seek in a source directory), verifies it and only then renames it
-    into place. A verified file is never replaced by an unverified one; a corrupt file is replaced
-    only by a verified download.
+    HTTP Range request, or a seek in a source directory). Each buffer is hashed right after it is
+    written in full, so a fetched file is verified as it lands and never read back (a resumed
+    C(.partial)'s existing bytes are read once). Only when the digest matches the manifest's is
+    the file fsynced and renamed into place, and recorded in the verification cache, so the
+    verify pass that follows the fetch does not read it. A verified file is never replaced by an
+    unverified one; a corrupt file is replaced only by a verified download.
   - Three sources. C(http), any server holding the files by their manifest paths. C(hub), the
     Hugging Face Hub, each file from C({endpoint}/{repo}/resolve/{revision}/{path}) as
     C(hf download) does, following the Hub's redirect to its CDN; the token is sent to the
@@ -148,12 +151,40 @@ bytes_from_source:
   description: Bytes read from the source in this run (downloaded, or copied from a dir source).
   returned: always
   type: int
+bytes_received:
+  description: Bytes from the source written into C(.partial) files in this run, every attempt.
+  returned: always
+  type: int
+bytes_hashed_receiving:
+  description:
+    - Of I(bytes_received), the bytes hashed in the loop that wrote them, right after each
+      buffer was written in full (all of them, unless a write failed midway).
+  returned: always
+  type: int
+bytes_read_back:
+  description:
+    - Bytes read back from this node's disk to hash them. The existing part of resumed
+      C(.partial) files, plus the verify passes' reads (files that were already in place and
+      that the cache could not vouch for). Fetched files add nothing.
+    - I(bytes_read_back) / I(bytes_total) is a sync's read amplification.
+  returned: always
+  type: int
+bytes_total:
+  description: Size of every manifest file together (the checkpoint).
+  returned: always
+  type: int
 source:
   description: The source in words (never the token); empty without one.
   returned: always
   type: str
 bytes_hashed:
-  description: Bytes read and hashed to verify (cache hits are not read).
+  description:
+    - Bytes the verify passes (before and after the fetch) read and hashed; cache hits, and
+      files hashed as they were received, are not read.
+  returned: always
+  type: int
+bytes_cached:
+  description: Bytes the verification cache vouched for in the first verify pass.
   returned: always
   type: int
 seconds:
@@ -185,6 +216,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -197,10 +229,11 @@ from ansible_collections.gx10.cluster.plugins.module_utils.model_errors import (
     ModelError,
 )
 from ansible_collections.gx10.cluster.plugins.module_utils.model_files import (
+    CACHE_NAME,
     Expected,
+    Receiver,
     Verification,
     expected_from_dicts,
-    install_verified,
     partial_path,
     verify_files,
 )
@@ -223,8 +256,6 @@ class FetchError(Exception):
         """Another attempt could succeed (a dropped connection, a 5xx)."""
         self.abort = abort
         """No other file can succeed either (the Hub refused the credentials)."""
-        self.read = 0
-        """Bytes read from the source before the fetch of the file gave up."""
 
 
 class HTTPStatusError(Exception):
@@ -276,43 +307,58 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_Redirects)
 
 
-def resume_point(partial: Path, size: int) -> int:
-    """Bytes of `partial` a fetch can keep: its length, or 0 (and removed) if it is too long."""
-    have = partial.stat().st_size if partial.exists() else 0
-    if have > size:  # cannot be resumed onto; start over
-        partial.unlink()
-        have = 0
-    return have
+@dataclass
+class Tally:
+    """Byte counts of one module run, kept across attempts and failures."""
+
+    from_source: int = 0
+    """Read from the source (an HTTP body, or a source directory's file)."""
+    received: int = 0
+    """Written into `.partial` files."""
+    hashed_receiving: int = 0
+    """Hashed in the loop that wrote them, as they were written (never read back)."""
+    read_back: int = 0
+    """Read back from `.partial` files on disk to hash them: the prefix of a resumed fetch."""
+
+    def add(self, receiver: Receiver) -> None:
+        self.received += receiver.received
+        self.hashed_receiving += receiver.hashed_receiving
+        self.read_back += receiver.read_back
 
 
 def download(
-    url: str, partial: Path, size: int, timeout: int, headers: dict[str, str] | None = None
-) -> int:
-    """Append to `partial` from where it ends (Range), up to `size` bytes. Returns bytes read.
+    url: str,
+    sink: Receiver,
+    timeout: int,
+    tally: Tally,
+    headers: dict[str, str] | None = None,
+) -> None:
+    """Bring `sink` up to its size from `url`, asking for the bytes past what it holds (Range).
 
-    Raises HTTPStatusError for an HTTP error status, FetchError for anything else."""
-    have = resume_point(partial, size)
-    if have == size:
-        return 0
+    At most one byte past the size is taken, so a longer answer shows as corrupt without reading
+    it all. Raises HTTPStatusError for an HTTP error status, FetchError for anything else (the
+    connection), InstallError if the `.partial` cannot take the bytes."""
+    have = sink.offset
+    if have == sink.size:
+        return
     sent = dict(headers or {})
     if have:
         sent["Range"] = f"bytes={have}-"
     request = urllib.request.Request(url, headers=sent)
-    read = 0
+    buffer = bytearray(CHUNK)
+    view = memoryview(buffer)
     try:
         with _OPENER.open(request, timeout=timeout) as response:
-            mode = "ab"
             if have and response.status != 206:  # the server ignored the range: from zero
-                mode = "wb"
-            with open(partial, mode) as out:
-                while True:
-                    chunk = response.read(CHUNK)
-                    if not chunk:
-                        break
-                    out.write(chunk)
-                    read += len(chunk)
-                out.flush()
-                os.fsync(out.fileno())
+                sink.restart()
+            left = sink.size - sink.offset + 1
+            while left > 0:
+                count = response.readinto(view[: min(CHUNK, left)])
+                if not count:
+                    break
+                tally.from_source += count
+                sink.write(view[:count])
+                left -= count
     except urllib.error.HTTPError as exc:
         answered = exc.geturl() or url
         elsewhere = "" if _origin(answered) == _origin(url) else _origin(answered)[1]
@@ -322,44 +368,42 @@ def download(
         # HTTPException: a connection that broke mid-answer (a bad status line, a short read).
         reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
         raise FetchError(f"{url}: {reason!s}") from None
-    return read
 
 
-def copy_from(source_file: Path, partial: Path, size: int) -> int:
-    """Append to `partial` from where it ends, reading `source_file` from the same offset.
-    Returns bytes read. One byte past `size` is read, so a longer source shows as corrupt."""
-    have = resume_point(partial, size)
-    if have == size:
-        return 0
-    left = size - have + 1
+def copy_from(source_file: Path, sink: Receiver, tally: Tally) -> None:
+    """Bring `sink` up to its size from `source_file`, read from the offset `sink` holds.
+
+    One byte past the size is read, so a longer source shows as corrupt. Raises FetchError if the
+    source cannot be read, InstallError if the `.partial` cannot take the bytes."""
+    have = sink.offset
+    if have == sink.size:
+        return
+    left = sink.size - have + 1
     buffer = bytearray(min(COPY_CHUNK, left))
     view = memoryview(buffer)
-    read = 0
     try:
-        with open(source_file, "rb") as src, open(partial, "ab") as out:
+        with open(source_file, "rb") as src:
             src.seek(have)
             while left > 0:
-                got = src.readinto(view[: min(len(buffer), left)])
-                if not got:
+                count = src.readinto(view[: min(len(buffer), left)])
+                if not count:
                     break
-                out.write(view[:got])
-                read += got
-                left -= got
-            out.flush()
-            os.fsync(out.fileno())
+                tally.from_source += count
+                sink.write(view[:count])
+                left -= count
     except OSError as exc:
         raise FetchError(f"{source_file}: {exc.strerror or exc}") from None
-    return read
 
 
-def pull(source: Source, entry: Expected, partial: Path, timeout: int) -> int:
-    """Bring `partial` up to `entry.size` bytes from the source. Returns bytes read.
+def pull(source: Source, entry: Expected, sink: Receiver, timeout: int, tally: Tally) -> None:
+    """Bring `sink` up to `entry.size` bytes from the source.
 
     Raises FetchError with a message that does not name `entry.path` (fetch_one does)."""
     if source.type == "dir":
-        return copy_from(Path(source.path) / entry.path, partial, entry.size)
+        copy_from(Path(source.path) / entry.path, sink, tally)
+        return
     try:
-        return download(source.url_for(entry.path), partial, entry.size, timeout, source.headers())
+        download(source.url_for(entry.path), sink, timeout, tally, source.headers())
     except HTTPStatusError as exc:
         msg, retry = source.http_error(
             entry.path, exc.code, exc.reason, exc.hub_message, exc.elsewhere
@@ -368,31 +412,34 @@ def pull(source: Source, entry: Expected, partial: Path, timeout: int) -> int:
 
 
 def fetch_one(
-    entry: Expected, dest: Path, source: Source, timeout: int, attempts: int
-) -> tuple[int, list[str]]:
-    """Fetch and install one file. Returns (bytes read from the source, notes).
+    entry: Expected, dest: Path, source: Source, *, timeout: int, attempts: int, tally: Tally
+) -> list[str]:
+    """Fetch and install one file, hashing it as it is received. Returns notes (the attempts
+    that failed before one succeeded); `tally` counts the bytes of every attempt.
 
-    Raises FetchError (with the bytes the failed attempts read)."""
+    Each attempt resumes the `.partial` (its bytes are read back once to carry the hash on),
+    appends what the source sends, and installs the file only if the digest of the bytes written
+    matches the manifest's. Raises FetchError, or InstallError (the `.partial` cannot be
+    written, or the file cannot be renamed into place)."""
     target = dest / entry.path
     partial = partial_path(target)
     partial.parent.mkdir(parents=True, exist_ok=True)
-    read = 0
     notes: list[str] = []
     last = ""
     tries = max(1, attempts)
     for _ in range(tries):
+        receiver = Receiver(partial, target, entry, cache_file=dest / CACHE_NAME)
         try:
-            read += pull(source, entry, partial, timeout)
+            with receiver:
+                receiver.open_to_resume()
+                pull(source, entry, receiver, timeout, tally)
+                receiver.install()
         except FetchError as exc:
             if not exc.retry:
-                final = FetchError(f"{entry.path}: {exc}", retry=False, abort=exc.abort)
-                final.read = read
-                raise final from None
+                raise FetchError(f"{entry.path}: {exc}", retry=False, abort=exc.abort) from None
             last = str(exc)
             notes.append(last)
             continue
-        try:
-            install_verified(partial, target, entry, cache_root=dest)
         except IncompletePartialError as exc:
             last = str(exc)
             notes.append(last)
@@ -403,10 +450,10 @@ def fetch_one(
                 last += f" (the source file {Path(source.path) / entry.path} does not match)"
             notes.append(last)
             continue
-        return read, notes
-    failed = FetchError(f"{entry.path}: not fetched after {tries} attempt(s): {last}")
-    failed.read = read
-    raise failed
+        finally:
+            tally.add(receiver)
+        return notes
+    raise FetchError(f"{entry.path}: not fetched after {tries} attempt(s): {last}")
 
 
 def summary(found: Verification) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -553,6 +600,9 @@ def run(module: AnsibleModule) -> dict[str, Any]:
         "fetched": [e.path for e in todo],
         "bytes_total": sum(e.size for e in expected),
         "bytes_from_source": 0,
+        "bytes_received": 0,
+        "bytes_hashed_receiving": 0,
+        "bytes_read_back": before.hashed_bytes,
         "bytes_hashed": before.hashed_bytes,
         "bytes_cached": before.cached_bytes,
         "found": failures,
@@ -583,11 +633,18 @@ def run(module: AnsibleModule) -> dict[str, Any]:
     check_writable(module, dest, todo, result)
     fetched: list[str] = []
     errors: list[str] = []
+    tally = Tally()
     for index, entry in enumerate(todo):
         try:
-            read, notes = fetch_one(entry, dest, source, params["timeout"], params["attempts"])
+            notes = fetch_one(
+                entry,
+                dest,
+                source,
+                timeout=params["timeout"],
+                attempts=params["attempts"],
+                tally=tally,
+            )
         except FetchError as exc:
-            result["bytes_from_source"] += exc.read
             errors.append(str(exc))
             if exc.abort:
                 skipped = len(todo) - index - 1
@@ -598,9 +655,10 @@ def run(module: AnsibleModule) -> dict[str, Any]:
         except InstallError as exc:
             errors.append(str(exc))
             continue
-        result["bytes_from_source"] += read
         result["notes"].extend(notes)
         fetched.append(entry.path)
+    # Each fetched file is in the verification cache with the stamp it got when it was renamed
+    # into place: this pass reads none of them again, only what it cannot vouch for.
     after = verify_files(dest, expected, jobs=jobs)
     failures, extras = summary(after)
     result.update(
@@ -608,6 +666,10 @@ def run(module: AnsibleModule) -> dict[str, Any]:
         ok=after.ok and not errors,
         files_fetched=len(fetched),
         fetched=fetched,
+        bytes_from_source=tally.from_source,
+        bytes_received=tally.received,
+        bytes_hashed_receiving=tally.hashed_receiving,
+        bytes_read_back=before.hashed_bytes + tally.read_back + after.hashed_bytes,
         bytes_hashed=result["bytes_hashed"] + after.hashed_bytes,
         failures=failures,
         extras=extras,

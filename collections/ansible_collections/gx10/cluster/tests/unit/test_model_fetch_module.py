@@ -9,8 +9,12 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
+import sys
 import threading
+import urllib.error
 import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -132,9 +136,13 @@ def test_fetches_everything_then_nothing(source: tuple[Path, str], tmp_path: Pat
     files = _files(root)
     dest = tmp_path / "node"
     first = _run(dest, files, url)
+    total = sum(f["size"] for f in files)
     assert first["changed"] is True
     assert first["files_fetched"] == 3
-    assert first["bytes_from_source"] == sum(f["size"] for f in files)
+    assert first["bytes_from_source"] == total
+    assert first["bytes_received"] == first["bytes_hashed_receiving"] == total
+    assert first["bytes_read_back"] == 0  # hashed as they landed, never read again
+    assert first["bytes_hashed"] == 0  # the verify pass after the fetch: cache hits
     for item in files:
         assert (dest / item["path"]).read_bytes() == (root / item["path"]).read_bytes()
     assert not list(dest.glob("*.partial"))
@@ -173,6 +181,8 @@ def test_a_partial_download_resumes_with_a_range(source: tuple[Path, str], tmp_p
     result = _run(dest, files, url)
     total = sum(f["size"] for f in files)
     assert result["bytes_from_source"] == total - 100_000
+    assert result["bytes_received"] == result["bytes_hashed_receiving"] == total - 100_000
+    assert result["bytes_read_back"] == 100_000  # the prefix, read once to carry the hash on
     assert (dest / name).read_bytes() == (root / name).read_bytes()
 
 
@@ -256,6 +266,276 @@ def test_a_missing_source_file_fails_and_keeps_nothing_unverified(
     assert "gone.json" in failed.value.msg
     assert "HTTP 404" in failed.value.msg
     assert not (dest / "gone.json").exists()
+
+
+# --- hashed while received: nothing fetched is read back ----------------------------------------
+
+
+def _forbid_hashing(monkeypatch: pytest.MonkeyPatch, paths: set[str]) -> list[str]:
+    """Fail the test if a verify pass hashes one of `paths` (relative); return what was hashed."""
+    real = model_files.hash_file
+    hashed: list[str] = []
+
+    def hash_file(path: Path, *args: Any, **kwargs: Any) -> model_files.Digest:
+        hashed.append(path.name)
+        assert path.name not in paths, f"{path} was fetched, then read back to be hashed"
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(model_files, "hash_file", hash_file)
+    return hashed
+
+
+def test_fetched_files_are_not_read_back_but_files_already_there_are_verified(
+    source: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, url = source
+    files = _files(root)
+    sizes = {f["path"]: f["size"] for f in files}
+    dest = tmp_path / "node"
+    dest.mkdir()
+    # One file is already there, but no cache vouches for it: it is verified, as before.
+    (dest / "config.json").write_bytes((root / "config.json").read_bytes())
+    fetched = {"model-00001.safetensors", "model-00002.safetensors"}
+    hashed = _forbid_hashing(monkeypatch, fetched)
+    result = _run(dest, files, url)
+    assert hashed == ["config.json"]
+    assert sorted(result["fetched"]) == sorted(fetched)
+    received = sum(sizes[p] for p in fetched)
+    assert result["bytes_received"] == result["bytes_hashed_receiving"] == received
+    assert result["bytes_read_back"] == result["bytes_hashed"] == sizes["config.json"]
+    # reverify still reads every file that was there, the freshly fetched ones included.
+    monkeypatch.undo()
+    again = _run(dest, files, url, reverify=True)
+    assert again["bytes_read_back"] == again["bytes_hashed"] == sum(sizes.values())
+    assert again["bytes_received"] == 0
+
+
+SERVE_IN_A_PROCESS = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("serve", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+server = module.serve("127.0.0.1", 0, sys.argv[2])
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+def _io_counters() -> dict[str, int]:
+    with open("/proc/self/io", encoding="ascii") as handle:
+        return {key: int(value) for key, value in (line.split(": ") for line in handle)}
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux I/O accounting")
+def test_the_kernel_counts_no_read_back_of_the_fetched_bytes(tmp_path: Path) -> None:
+    """Measured outside our counters: the kernel's count of bytes this process read() from files
+    (rchar; reads from a socket are not in it). The server runs in another process, so the only
+    file reads here are the module's: a fetch that re-read its files would read the checkpoint
+    again, 2 x 8 MiB."""
+    root = tmp_path / "nas"
+    root.mkdir()
+    for index in (1, 2):
+        (root / f"model-0000{index}.safetensors").write_bytes(os.urandom(8 * 1024 * 1024))
+    (root / "config.json").write_text('{"model_type": "tiny"}')
+    files = _files(root)
+    total = sum(f["size"] for f in files)
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVE_IN_A_PROCESS, str(SERVER_SCRIPT), str(root)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        _run(tmp_path / "warm", files[:1], f"http://127.0.0.1:{port}/")  # imports, first use
+        before = _io_counters()
+        result = _run(tmp_path / "node", files, f"http://127.0.0.1:{port}/")
+        read = _io_counters()["rchar"] - before["rchar"]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert result["bytes_received"] == total
+    assert result["bytes_read_back"] == 0
+    print(f"\nfile bytes read during a fetch of {total} bytes: {read} ({read / total:.4f} x)")
+    assert read < total * 0.05, read
+
+
+def _flipping_handler(
+    root: Path, flips: dict[str, int], times: list[int], ranges: list[str | None]
+) -> type[BaseHTTPRequestHandler]:
+    """Serves `root` with Range, flipping one bit at offset flips[path] for the first times[0]
+    answers: a network or a peer that corrupts bytes in transit."""
+
+    class Flipping(_Quiet):
+        def do_GET(self) -> None:
+            name = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).lstrip("/")
+            ranges.append(self.headers.get("Range"))
+            data = bytearray((root / name).read_bytes())
+            if name in flips and times[0] > 0:
+                times[0] -= 1
+                data[flips[name]] ^= 0x01
+            _send_file(self, bytes(data))
+
+    return Flipping
+
+
+def test_bytes_flipped_in_transit_never_replace_the_copy_in_place(tmp_path: Path) -> None:
+    root = _checkpoint(tmp_path / "nas")
+    files = _files(root)
+    name = "model-00001.safetensors"
+    dest = tmp_path / "node"
+    dest.mkdir()
+    for item in files:
+        (dest / item["path"]).write_bytes((root / item["path"]).read_bytes())
+    old = bytearray((root / name).read_bytes())
+    old[5] ^= 0xFF  # the copy in place is bad too; only a verified file may replace it
+    (dest / name).write_bytes(bytes(old))
+    before = (dest / name).stat().st_ino
+    with (
+        _serving(_flipping_handler(root, {name: 250_000}, [99], [])) as url,
+        pytest.raises(Failed) as failed,
+    ):
+        _run(dest, files, url + "/")
+    msg = failed.value.msg
+    assert f"{name}: not fetched after 2 attempt(s)" in msg
+    assert "is corrupt: sha256" in msg
+    assert (dest / name).stat().st_ino == before
+    assert (dest / name).read_bytes() == bytes(old)
+    assert not list(dest.glob("*.partial"))
+    size = (root / name).stat().st_size
+    assert failed.value.result["bytes_received"] == 2 * size  # both attempts, to the last byte
+    assert failed.value.result["bytes_read_back"] == sum(f["size"] for f in files)  # verify
+
+
+def test_a_transient_flip_is_fetched_again_and_installed(tmp_path: Path) -> None:
+    root = _checkpoint(tmp_path / "nas")
+    files = _files(root)
+    name = "model-00002.safetensors"
+    dest = tmp_path / "node"
+    ranges: list[str | None] = []
+    with _serving(_flipping_handler(root, {name: 17}, [1], ranges)) as url:
+        result = _run(dest, files, url + "/")
+    assert (dest / name).read_bytes() == (root / name).read_bytes()
+    assert any("is corrupt" in note for note in result["notes"])
+    assert result["bytes_received"] == sum(f["size"] for f in files) + (root / name).stat().st_size
+    assert result["bytes_read_back"] == 0
+    assert ranges == [None] * 4  # the corrupt .partial was removed: the retry starts at 0
+
+
+def _range_ignoring_handler(root: Path) -> type[BaseHTTPRequestHandler]:
+    class Whole(_Quiet):
+        def do_GET(self) -> None:
+            name = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).lstrip("/")
+            data = (root / name).read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Whole
+
+
+def test_a_server_that_ignores_the_range_restarts_the_file_and_its_hash(tmp_path: Path) -> None:
+    root = _checkpoint(tmp_path / "nas")
+    files = _files(root)
+    name = "model-00002.safetensors"
+    dest = tmp_path / "node"
+    dest.mkdir()
+    (dest / f"{name}.partial").write_bytes((root / name).read_bytes()[:100_000])
+    with _serving(_range_ignoring_handler(root)) as url:
+        result = _run(dest, files, url + "/")
+    assert (dest / name).read_bytes() == (root / name).read_bytes()
+    assert result["bytes_received"] == sum(f["size"] for f in files)
+    assert result["bytes_read_back"] == 100_000  # read, then dropped with the prefix
+
+
+def test_a_corrupt_partial_prefix_is_caught_then_fetched_whole(
+    source: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, url = source
+    files = _files(root)
+    name = "model-00001.safetensors"
+    dest = tmp_path / "node"
+    dest.mkdir()
+    prefix = bytearray((root / name).read_bytes()[:100_000])
+    prefix[99] ^= 0x01
+    (dest / f"{name}.partial").write_bytes(bytes(prefix))
+    result = _run(dest, files, url)
+    assert (dest / name).read_bytes() == (root / name).read_bytes()
+    assert any(f"{name}.partial is corrupt" in note for note in result["notes"])
+    assert result["bytes_read_back"] == 100_000
+
+
+def test_short_writes_through_the_module(
+    source: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, url = source
+    files = _files(root)
+    lengths: list[int] = []
+
+    def short(fd: int, data: memoryview) -> int:
+        count = os.write(fd, data[: min(len(data), 1000)])
+        lengths.append(count)
+        return count
+
+    monkeypatch.setattr(model_files, "_write", short)
+    dest = tmp_path / "node"
+    result = _run(dest, files, url)
+    for item in files:
+        assert (dest / item["path"]).read_bytes() == (root / item["path"]).read_bytes()
+    assert max(lengths) == 1000
+    assert sum(lengths) == result["bytes_received"] == sum(f["size"] for f in files)
+
+
+def test_a_full_disk_mid_file_fails_naming_the_partial(
+    source: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, url = source
+    files = _files(root)
+
+    def full(fd: int, data: memoryview) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(model_files, "_write", full)
+    dest = tmp_path / "node"
+    with pytest.raises(Failed) as failed:
+        _run(dest, files, url)
+    assert f"cannot write {dest / 'config.json.partial'}: No space left on device" in (
+        failed.value.msg
+    )
+    assert not (dest / "config.json").exists()
+
+
+def test_a_resumed_git_file_is_hashed_with_its_whole_size_header(
+    source: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, url = source
+    files = _files(root)
+    dest = tmp_path / "node"
+    dest.mkdir()
+    data = (root / "config.json").read_bytes()
+    (dest / "config.json.partial").write_bytes(data[:7])
+    result = _run(dest, files, url)
+    assert (dest / "config.json").read_bytes() == data
+    assert result["bytes_read_back"] == 7
+    entry = model_files.load_cache(dest / model_files.CACHE_NAME)["config.json"]
+    assert entry.algo == "git-sha1"
+    assert entry.digest == model_files.git_blob_sha1(data)
+
+
+def test_the_peer_server_never_serves_a_partial(source: tuple[Path, str]) -> None:
+    """A file being received is not served: its .partial is refused, and its name does not
+    exist until it is verified."""
+    root, url = source
+    (root / "model-00003.safetensors.partial").write_bytes(b"half a shard")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url + "model-00003.safetensors.partial", timeout=10)
+    assert refused.value.code == 404
+    request = urllib.request.Request(url + "config.json.partial", headers={"Range": "bytes=0-"})
+    with pytest.raises(urllib.error.HTTPError):
+        urllib.request.urlopen(request, timeout=10)
+    with urllib.request.urlopen(url + "config.json", timeout=10) as answer:
+        assert answer.read() == (root / "config.json").read_bytes()
 
 
 # --- the Hugging Face Hub: a fake Hub and its CDN on loopback ---------------------------------
@@ -549,6 +829,8 @@ def test_dir_source_copies_everything_then_nothing(tmp_path: Path) -> None:
     first = _run_from(dest, files, _dir_source(root))
     assert first["files_fetched"] == 3
     assert first["bytes_from_source"] == sum(f["size"] for f in files)
+    assert first["bytes_received"] == first["bytes_hashed_receiving"] == first["bytes_from_source"]
+    assert first["bytes_read_back"] == 0
     assert first["source"] == f"the directory {root}"
     for item in files:
         assert (dest / item["path"]).read_bytes() == (root / item["path"]).read_bytes()
@@ -569,7 +851,10 @@ def test_dir_source_resumes_a_partial_from_its_length(
     (dest / f"{name}.partial").write_bytes((root / name).read_bytes()[:100_000])
     monkeypatch.setattr(model_fetch, "COPY_CHUNK", 64 * 1024)  # several reads per file
     result = _run_from(dest, files, _dir_source(root))
-    assert result["bytes_from_source"] == sum(f["size"] for f in files) - 100_000
+    total = sum(f["size"] for f in files)
+    assert result["bytes_from_source"] == total - 100_000
+    assert result["bytes_received"] == result["bytes_hashed_receiving"] == total - 100_000
+    assert result["bytes_read_back"] == 100_000
     assert (dest / name).read_bytes() == (root / name).read_bytes()
 
 
@@ -684,12 +969,22 @@ def test_a_good_source_has_its_urls_and_header() -> None:
 def test_a_dir_source_that_grew_after_the_check_shows_as_corrupt(tmp_path: Path) -> None:
     source_file = tmp_path / "grown.bin"
     source_file.write_bytes(b"a" * 1000)
-    partial = tmp_path / "node" / "grown.bin.partial"
+    target = tmp_path / "node" / "grown.bin"
+    partial = model_files.partial_path(target)
     partial.parent.mkdir()
     partial.write_bytes(b"a" * 100)
-    read = model_fetch.copy_from(source_file, partial, 500)
-    assert read == 401  # from the partial's end, and one byte past the expected size, no more
-    assert partial.stat().st_size == 501
+    entry = model_files.Expected("grown.bin", 500, "sha256", hashlib.sha256(b"a" * 500).hexdigest())
+    tally = model_fetch.Tally()
+    with model_files.Receiver(partial, target, entry) as sink:
+        assert sink.open_to_resume() == 100
+        model_fetch.copy_from(source_file, sink, tally)
+        # From the partial's end, and one byte past the expected size, no more.
+        assert tally.from_source == 401
+        assert partial.stat().st_size == 501
+        with pytest.raises(model_files.CorruptPartialError, match="501 bytes, expected 500"):
+            sink.install()
+    assert not partial.exists()
+    assert not target.exists()
 
 
 # --- through ansible-playbook: the argument spec, AnsiballZ, and no_log on the token ------------
@@ -792,4 +1087,10 @@ def test_the_documentation_parses_and_matches_the_argument_spec() -> None:
     assert set(documented) == set(spec["source"]["options"])
     assert documented["type"]["choices"] == spec["source"]["options"]["type"]["choices"]
     assert spec["source"]["options"]["token"]["no_log"] is True
-    assert {"bytes_from_source", "source"} <= set(returned)
+    assert {
+        "bytes_from_source",
+        "bytes_received",
+        "bytes_hashed_receiving",
+        "bytes_read_back",
+        "source",
+    } <= set(returned)
