@@ -261,8 +261,11 @@ def test_a_bad_manifest_fails_on_the_controller(
     run = _model(gx10_model_manifest=str(bad))
     assert not run.ok
     message = " ".join(t.message for t in run.failed_tasks)
-    assert "model plan refused" in message
+    # The validate stage reads the manifest for the memory budget, so it refuses it first.
+    assert "Inventory validation failed (1 problem)" in message
+    assert "gx10_model_manifest is" in message
     assert expected in message
+    assert {t.host for t in run.failed_tasks} == {"localhost"}
     assert run.changed_total == 0
 
 

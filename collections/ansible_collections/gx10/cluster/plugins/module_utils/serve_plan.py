@@ -53,7 +53,12 @@ NODE_VARS: tuple[str, ...] = (
 
 
 def checkpoint_size(manifest: Any, checkpoint: str) -> tuple[int, str]:
-    """The checkpoint's bytes and where the figure comes from: the manifest, else the catalog."""
+    """The checkpoint's bytes and where the figure comes from: the manifest, else the catalog.
+
+    A manifest file that is there but cannot be read raises ModelError naming the variable, its
+    value and the fix: the budget is not judged on a guess, and the model stage would refuse the
+    same file anyway.
+    """
     note = ""
     if isinstance(manifest, str) and manifest:
         path = Path(manifest)
@@ -65,7 +70,11 @@ def checkpoint_size(manifest: Any, checkpoint: str) -> tuple[int, str]:
             try:
                 loaded = load_manifest(path)
             except (ModelError, OSError) as exc:
-                note = f"; {MANIFEST_VAR} {path} unreadable ({str(exc).splitlines()[0]})"
+                raise ModelError(
+                    f"{MANIFEST_VAR} is {str(path)!r}, which is not a valid manifest: "
+                    f"{str(exc).splitlines()[0]}; correct the file, or build it again with "
+                    "`gx10 model manifest`"
+                ) from exc
             else:
                 return loaded.total_size, (
                     f"{loaded.total_size / 1e9:.1f} GB checkpoint, {MANIFEST_VAR} {path.name}"
@@ -221,11 +230,15 @@ def analyse(
         errors.extend(_cli_errors(resolved[head], extra.get(head), model_dir, len(nodes)))
 
     manifest = node_vars.get(head, {}).get(MANIFEST_VAR)
-    weights = checkpoint_size(manifest, profile.checkpoint)
     memory: dict[str, Any] = {}
     budget: dict[str, Any] = {}
+    weights: tuple[int, str] | None = None
+    try:
+        weights = checkpoint_size(manifest, profile.checkpoint)
+    except ModelError as exc:
+        errors.append(str(exc))  # and no budget judged on a guessed checkpoint size
     for host in nodes:
-        if host in resolved:
+        if host in resolved and weights is not None:
             tp = _tensor_parallel(host, node_vars.get(host, {}), len(nodes), errors)
             judged = _budget(
                 host, node_vars.get(host, {}), resolved[host], weights=weights, tp=tp, errors=errors

@@ -190,7 +190,10 @@ def test_a_manifest_gives_the_weights(tmp_path: Path) -> None:
     assert (
         memory["gx10-b"]["weights_source"] == "0.0 GB checkpoint, gx10_model_manifest manifest.yml"
     )
+    # A manifest that is there but broken is named as such, not judged on the catalog's size.
     manifest.write_text("schema: [broken")
-    broken = build_plan(TWO, hostvars(gx10_model_manifest=str(manifest)))["serving"]["memory"]
-    assert "unreadable" in broken["gx10-a"]["weights_source"]
-    assert broken["gx10-a"]["weights_bytes"] == 166_900_000_000
+    errors = validate_cluster(TWO, hostvars(gx10_model_manifest=str(manifest)))
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"gx10_model_manifest is {str(manifest)!r}, which is not a valid")
+    assert "`gx10 model manifest`" in errors[0]
+    assert "does not fit" not in errors[0]
