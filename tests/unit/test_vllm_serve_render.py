@@ -20,6 +20,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "collections"))  # the shared localhost playbook runner
 
+from ansible_collections.gx10.cluster.plugins.module_utils.cluster_plan import (  # noqa: E402
+    build_plan,
+)
 from ansible_collections.gx10.cluster.tests.unit.localhost_playbook import (  # noqa: E402
     ANSIBLE_PLAYBOOK,
     run_ansible_playbook,
@@ -53,14 +56,16 @@ PLAYBOOK = f"""
 """
 
 
-def render(tmp_path: Path, **inventory_vars: Any) -> subprocess.CompletedProcess[str]:
+def render(
+    tmp_path: Path, plan: dict[str, Any] | None = None, **inventory_vars: Any
+) -> subprocess.CompletedProcess[str]:
     host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     inventory = {
         "all": {
             "hosts": {
                 "n1": {
                     **host,
-                    "gx10_plan": PLAN,
+                    "gx10_plan": PLAN if plan is None else plan,
                     "rendered_file": str(tmp_path / "rendered.json"),
                     **inventory_vars,
                 }
@@ -114,3 +119,18 @@ def test_a_flag_the_images_vllm_refuses_fails_naming_its_variable(tmp_path: Path
     output = result.stdout + result.stderr
     assert result.returncode != 0
     assert "vllm_serve_extra_args[0]: --enable-reasoning is no longer a `vllm serve` flag" in output
+
+
+def test_the_last_of_eight_ranks_on_a_switch_is_a_headless_worker(tmp_path: Path) -> None:
+    """The plan of eight nodes on a switch (module_utils/cluster_plan), as the role reads it:
+    rank 7 of 8 joins the head's rail address, tensor parallel over all eight."""
+    names = ["n0", "w1", "w2", "w3", "w4", "w5", "w6", "n1"]
+    groups = {"head": names[:1], "workers": names[1:]}
+    plan = build_plan(groups, {name: {"gx10_topology": "switch"} for name in names})
+    assert plan["hosts"]["n1"]["rank"] == 7
+    args = rendered(tmp_path, render(tmp_path, plan))["args"]
+    assert flag(args, "--nnodes") == "8"
+    assert flag(args, "--node-rank") == "7"
+    assert flag(args, "--master-addr") == "192.168.100.10"
+    assert flag(args, "--tensor-parallel-size") == "8"
+    assert "--headless" in args

@@ -54,11 +54,25 @@ DEFAULT_MODEL_DIR = "/srv/models/DeepSeek-V4-Flash-0731"
 # as `supervised`, which the serve stage and stop.yml follow.
 SUPERVISED_VAR = "vllm_supervisor_enabled"
 DEFAULT_SUPERVISED = False
+# How the rails are cabled (docs/TOPOLOGY.md). direct: two nodes, one cable per rail, each rail a
+# two-host link. switch: every node's rail k on the switch's subnet k, any number of nodes >= 2.
+# The plan carries it as `topology`.
+TOPOLOGY_VAR = "gx10_topology"
+TOPOLOGIES = ("direct", "switch")
+DEFAULT_TOPOLOGY = "direct"
+DIRECT_MAX_NODES = 2
 # Cluster-wide variables: every node must see the same value (why, per variable).
 # The serve stage's runtime fixes (module_utils/serve_overlay.py): checked here, on the controller,
 # with the replacement files' hashes, before any node changes.
 OVERLAY_VAR = serve_overlay.OVERLAY_VAR
-CLUSTER_VARS = ("gx10_rails", "gx10_rail_mtu", MODEL_DIR_VAR, SUPERVISED_VAR, OVERLAY_VAR)
+CLUSTER_VARS = (
+    "gx10_rails",
+    "gx10_rail_mtu",
+    MODEL_DIR_VAR,
+    SUPERVISED_VAR,
+    OVERLAY_VAR,
+    TOPOLOGY_VAR,
+)
 _CLUSTER_WHY = {
     "gx10_rails": "both ends of every link must agree",
     "gx10_rail_mtu": "both ends of every link must agree",
@@ -68,6 +82,7 @@ _CLUSTER_WHY = {
     ),
     SUPERVISED_VAR: "the agents of a pair supervise it together",
     OVERLAY_VAR: "every rank of the pair must run the same code",
+    TOPOLOGY_VAR: "every node's rails are cabled the same way, to one another or to one switch",
 }
 # The GPU clock policy (the gpu_clock role's inputs) is checked here too, so a bad value stops the
 # run before any node changes.
@@ -269,6 +284,7 @@ def build_plan(
             {"name": host, "rank": rank, "role": role(host), "node_id": analysis.node_ids[host]}
             for rank, host in enumerate(analysis.nodes)
         ],
+        "topology": analysis.topology,
         "mtu": analysis.mtu,
         "rails": rails,
         "peers": peers,
@@ -315,6 +331,7 @@ class _Analysis:
     mtu: int = DEFAULT_MTU
     model_dir: str = DEFAULT_MODEL_DIR
     supervised: bool = DEFAULT_SUPERVISED
+    topology: str = DEFAULT_TOPOLOGY
     rails: list[_Rail] = field(default_factory=list)
     # host -> rail netdev -> RDMA device (gx10_rdma_devices)
     rdma_devices: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -337,6 +354,10 @@ def _analyse(
         node_vars[host] = host_vars if isinstance(host_vars, Mapping) else {}
 
     cluster = _cluster_values(result.nodes, node_vars, errors)
+    # A node count from broken groups means nothing: their own errors come first.
+    result.topology = _check_topology(
+        cluster[TOPOLOGY_VAR], result.nodes if groups_ok else [], errors
+    )
     result.mtu = _check_mtu(cluster["gx10_rail_mtu"], errors)
     result.rails = _check_rails(cluster["gx10_rails"], errors)
     result.model_dir = _check_model_dir(cluster[MODEL_DIR_VAR], errors)
@@ -758,6 +779,29 @@ def _check_node_ids(
     return node_ids
 
 
+def _check_topology(value: Any, nodes: Sequence[str], errors: list[str]) -> str:
+    """gx10_topology: direct (two nodes, a cable per rail) or switch (any number >= 2)."""
+    if value is _MISSING:
+        value = DEFAULT_TOPOLOGY
+    if not isinstance(value, str) or value.strip() not in TOPOLOGIES:
+        errors.append(
+            f"{TOPOLOGY_VAR} is {_show(value)}: it must be one of {', '.join(TOPOLOGIES)} "
+            f"(direct: two nodes with a cable per rail; switch: every node's rail k on the "
+            f"switch's subnet k); e.g. {TOPOLOGY_VAR}: switch, or leave it undefined for "
+            f"{DEFAULT_TOPOLOGY}"
+        )
+        return DEFAULT_TOPOLOGY
+    topology = value.strip()
+    if topology == "direct" and len(nodes) > DIRECT_MAX_NODES:
+        errors.append(
+            f"{TOPOLOGY_VAR} is direct (the default) but the cluster has {len(nodes)} nodes "
+            f"({', '.join(nodes)}): direct cables join two nodes, one cable per rail; cable "
+            f"every node's rails to a switch (rail k of every node on the switch's subnet k) "
+            f"and set {TOPOLOGY_VAR}: switch in group_vars/all.yml, or keep two nodes"
+        )
+    return topology
+
+
 def _check_supervised(value: Any, nodes: int, errors: list[str]) -> bool:
     """vllm_supervisor_enabled: a bool; the supervisor runs pairs (two nodes)."""
     if value is _MISSING:
@@ -771,7 +815,9 @@ def _check_supervised(value: Any, nodes: int, errors: list[str]) -> bool:
     if value and nodes not in (0, 2):
         errors.append(
             f"{SUPERVISED_VAR} is true but the cluster has {nodes} nodes: the pair supervisor "
-            f"runs two (a head and one worker); set {SUPERVISED_VAR}: false for {nodes} nodes"
+            "runs two (a head and one worker) and supervision of N nodes is not built yet "
+            f"(issue 15); set {SUPERVISED_VAR}: false for {nodes} nodes and restart a failed "
+            "rank with the serve stage (every worker, then the head)"
         )
     return bool(value)
 
@@ -1140,6 +1186,15 @@ def _check_addresses(
     network = rail.network
     if network is None:
         return
+    usable = network.num_addresses - 2
+    if usable < len(nodes):
+        errors.append(
+            f"{rail.label}.subnet '{rail.subnet_text}'{rail.called} has {usable} host "
+            f"addresses but the cluster has {len(nodes)} nodes: every node needs its own address "
+            f"on every rail; use a larger subnet, e.g. /{_prefix_for(len(nodes), network)} or "
+            "/24 (node addresses are the subnet's address + gx10_node_id)."
+        )
+        return
     explicit = _explicit_addresses(rail, nodes, errors)
     owner: dict[IPv4Address, tuple[str, str]] = {}
     for host in nodes:
@@ -1163,6 +1218,14 @@ def _check_addresses(
         else:
             owner[address] = (host, candidate.source)
             rail.final[host] = address
+
+
+def _prefix_for(nodes: int, network: IPv4Network) -> int:
+    """The longest prefix whose subnet holds ``nodes`` host addresses (at most /MAX_PREFIX)."""
+    prefix = min(MAX_PREFIX, network.prefixlen)
+    while prefix > 0 and 2 ** (32 - prefix) - 2 < nodes:
+        prefix -= 1
+    return prefix
 
 
 def _is_list(value: Any) -> bool:

@@ -62,6 +62,9 @@ class CatalogEntry:
     """For a family of variants: the smallest."""
     spec_acceptance: SpecAcceptance | None = None
     """The draft acceptance the served configuration reaches, where the field notes report it."""
+    attention_heads: int | None = None
+    """The model's attention heads (config.json ``num_attention_heads``): vLLM splits them evenly
+    over the tensor-parallel ranks, so the TP size must divide them. None: unknown, unchecked."""
 
     def fits_one_node(self, usable_gb_per_node: float = USABLE_GB_PER_NODE) -> bool:
         return self.size_gb <= usable_gb_per_node
@@ -72,6 +75,14 @@ class CatalogEntry:
             return f"{self.size_gb:.1f} GB"
         return f"{self.size_gb_min:g}-{self.size_gb:g} GB"
 
+
+# DeepSeek V4 Flash's config.json (huggingface.co/deepseek-ai/DeepSeek-V4-Flash):
+# "num_attention_heads": 64, "num_key_value_heads": 1 (MLA), beside "num_hidden_layers": 43 and
+# "n_routed_experts": 256, which FIELD_NOTES section 1 gives too. Public recipes run it at TP 2, 4
+# and 8. Taken from published copies of that config.json, not yet read from revision 9e165c30's
+# own file: check it there (`jq .num_attention_heads config.json` in gx10_model_dir). Only the FP8
+# entry carries it: the GGUF variants are other files whose metadata was not read.
+DEEPSEEK_V4_FLASH_HEADS = 64
 
 CATALOG: tuple[CatalogEntry, ...] = (
     CatalogEntry(
@@ -92,6 +103,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
             high=0.87,
             source="FIELD_NOTES section 1 (the reference deployment, DSpark k=5)",
         ),
+        attention_heads=DEEPSEEK_V4_FLASH_HEADS,
     ),
     CatalogEntry(
         name="deepseek-v4-flash-mxfp4-gguf",

@@ -24,7 +24,7 @@ from ansible_collections.gx10.cluster.plugins.module_utils import (
     vllm_args,
     vllm_cli,
 )
-from ansible_collections.gx10.cluster.plugins.module_utils.model_catalog import lookup
+from ansible_collections.gx10.cluster.plugins.module_utils.model_catalog import CatalogEntry, lookup
 from ansible_collections.gx10.cluster.plugins.module_utils.model_errors import ModelError
 from ansible_collections.gx10.cluster.plugins.module_utils.serve_profiles import (
     PREFIX,
@@ -168,6 +168,33 @@ def _tensor_parallel(host: str, host_vars: Mapping[str, Any], nodes: int, errors
     return nodes * gpus
 
 
+def _check_heads(
+    checkpoint: str, head_vars: Mapping[str, Any], nodes: int, errors: list[str]
+) -> None:
+    """The tensor-parallel size must divide the model's attention heads (vLLM splits them evenly
+    over the ranks and refuses at start-up otherwise, after every node has been changed)."""
+    gpus = head_vars.get(GPUS_VAR)
+    gpus = 1 if gpus is None else gpus
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        return  # reported by _tensor_parallel
+    try:
+        entry: CatalogEntry = lookup(checkpoint)
+    except ModelError:
+        return  # an unknown checkpoint is the profile's error, reported there
+    heads = entry.attention_heads
+    tp = nodes * gpus
+    if heads is None or heads % tp == 0:
+        return
+    fits = [n for n in range(2, heads + 1) if heads % (n * gpus) == 0][:4]
+    example = ", ".join(str(n) for n in fits) or "none"
+    errors.append(
+        f"tensor-parallel size {tp} ({nodes} node(s) x {GPUS_VAR} {gpus}) does not divide the "
+        f"{heads} attention heads of {entry.name}: vLLM splits the heads evenly over the ranks "
+        f"and refuses to start; use a node count that gives a divisor (with {GPUS_VAR} {gpus}: "
+        f"{example} nodes), by adding or removing hosts in groups['workers']"
+    )
+
+
 def _cli_errors(resolved: Resolved, extra: Any, model_dir: str, nodes: int) -> list[str]:
     """The head's whole argument list (placeholders for the plan's values) against the parser."""
     settings: dict[str, Any] = {
@@ -229,6 +256,7 @@ def analyse(
     else:
         errors.extend(_cli_errors(resolved[head], extra.get(head), model_dir, len(nodes)))
 
+    _check_heads(profile.checkpoint, node_vars.get(head, {}), len(nodes), errors)
     manifest = node_vars.get(head, {}).get(MANIFEST_VAR)
     memory: dict[str, Any] = {}
     budget: dict[str, Any] = {}

@@ -143,9 +143,17 @@ plan:
           subnet: 192.168.100.0/24
           prefix: 24
           addresses: {gx10-a: 192.168.100.10, gx10-b: 192.168.100.11}
+    topology:
+      description:
+        - How the rails are cabled (C(gx10_topology), validated); C(direct), two nodes with a
+          cable per rail, or C(switch), every node's rail k on the switch's subnet k
+          (docs/TOPOLOGY.md).
+      type: str
+      sample: direct
     peers:
       description:
         - For each node, every other node's address on each rail (node -> peer -> rail -> IP).
+          On C(switch) every other node is a peer on every rail.
       type: dict
       sample: {gx10-a: {gx10-b: {rail0: 192.168.100.11, rail1: 192.168.101.11}}}
     hosts:

@@ -6,10 +6,15 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from ansible.inventory.manager import InventoryManager
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar
+from ansible.vars.manager import VariableManager
 
 from ansible_collections.gx10.cluster.plugins.filter.rail_plan import FilterModule, rail_plan
 from ansible_collections.gx10.cluster.plugins.module_utils.cluster_plan import (
@@ -24,7 +29,7 @@ from ansible_collections.gx10.cluster.plugins.module_utils.cluster_plan import (
 )
 
 TWO = {"head": ["gx10-a"], "workers": ["gx10-b"]}
-THREE = {"head": ["gx10-a"], "workers": ["gx10-b", "gx10-c"]}
+FOUR = {"head": ["gx10-a"], "workers": ["gx10-b", "gx10-c", "gx10-d"]}
 
 
 def rails(*subnets: str, **extra: Any) -> list[dict[str, Any]]:
@@ -80,6 +85,7 @@ def test_default_plan_for_two_nodes() -> None:
             {"name": "gx10-a", "rank": 0, "role": "head", "node_id": 10},
             {"name": "gx10-b", "rank": 1, "role": "worker", "node_id": 11},
         ],
+        "topology": "direct",
         "mtu": 9000,
         "rails": [
             {
@@ -173,7 +179,7 @@ def test_default_plan_for_two_nodes() -> None:
 
 
 def test_plan_is_json_serialisable_and_plain() -> None:
-    plan = build_plan(*cluster(THREE))
+    plan = build_plan(*cluster(FOUR, gx10_topology="switch"))
     assert json.loads(json.dumps(plan)) == plan
 
 
@@ -185,35 +191,81 @@ def test_missing_hostvars_and_null_values_take_the_defaults() -> None:
     assert build_plan(TWO, explicit_nulls) == build_plan(TWO, {})
 
 
-def test_three_nodes_ranks_ids_and_peers() -> None:
-    plan = build_plan(*cluster(THREE))
+def test_four_nodes_on_a_switch_ranks_ids_and_peers() -> None:
+    plan = build_plan(*cluster(FOUR, gx10_topology="switch"))
 
-    assert plan["workers"] == ["gx10-b", "gx10-c"]
+    assert plan["topology"] == "switch"
+    assert plan["workers"] == ["gx10-b", "gx10-c", "gx10-d"]
     assert [(n["name"], n["rank"], n["role"], n["node_id"]) for n in plan["nodes"]] == [
         ("gx10-a", 0, "head", 10),
         ("gx10-b", 1, "worker", 11),
         ("gx10-c", 2, "worker", 12),
+        ("gx10-d", 3, "worker", 13),
     ]
     assert plan["rails"][1]["addresses"] == {
         "gx10-a": "192.168.101.10",
         "gx10-b": "192.168.101.11",
         "gx10-c": "192.168.101.12",
+        "gx10-d": "192.168.101.13",
     }
+    # On a switch every other node is a peer on every rail.
     assert plan["hosts"]["gx10-b"]["rails"][0]["peers"] == {
         "gx10-a": "192.168.100.10",
         "gx10-c": "192.168.100.12",
+        "gx10-d": "192.168.100.13",
+    }
+    assert plan["hosts"]["gx10-d"]["rails"][1]["peers"] == {
+        "gx10-a": "192.168.101.10",
+        "gx10-b": "192.168.101.11",
+        "gx10-c": "192.168.101.12",
     }
     assert plan["peers"]["gx10-c"] == {
         "gx10-a": {"rail0": "192.168.100.10", "rail1": "192.168.101.10"},
         "gx10-b": {"rail0": "192.168.100.11", "rail1": "192.168.101.11"},
+        "gx10-d": {"rail0": "192.168.100.13", "rail1": "192.168.101.13"},
     }
     assert plan["master_addr"] == "192.168.100.10"
+    assert plan["hosts"]["gx10-d"]["rails"][0]["cidr"] == "192.168.100.13/24"
+
+
+def test_eight_nodes_on_a_switch() -> None:
+    names = [f"n{i}" for i in range(8)]
+    groups = {"head": names[:1], "workers": names[1:]}
+    plan = build_plan(*cluster(groups, gx10_topology="switch"))
+
+    assert plan["topology"] == "switch"
+    assert plan["head"] == "n0"
+    assert plan["workers"] == names[1:]
+    assert [(n["name"], n["rank"], n["role"]) for n in plan["nodes"]] == [
+        (name, rank, "head" if rank == 0 else "worker") for rank, name in enumerate(names)
+    ]
+    for rail, subnet in ((0, "192.168.100"), (1, "192.168.101")):
+        assert plan["rails"][rail]["addresses"] == {
+            name: f"{subnet}.{10 + rank}" for rank, name in enumerate(names)
+        }
+    assert plan["master_addr"] == "192.168.100.10"
+    for rank, name in enumerate(names):
+        host = plan["hosts"][name]
+        assert host["rank"] == rank
+        assert host["node_id"] == 10 + rank
+        others = [other for other in names if other != name]
+        for rail in host["rails"]:
+            assert list(rail["peers"]) == others
+            assert name not in rail["peers"]
+        assert list(plan["peers"][name]) == others
+    # 7 peers on each of 2 rails: 14 links per node, 56 ordered node pairs on every rail.
+    assert sum(len(r["peers"]) for h in plan["hosts"].values() for r in h["rails"]) == 8 * 7 * 2
 
 
 def test_workers_keep_inventory_order_not_alphabetical() -> None:
-    plan = build_plan(*cluster({"head": ["gx10-z"], "workers": ["gx10-c", "gx10-b"]}))
+    plan = build_plan(
+        *cluster(
+            {"head": ["gx10-z"], "workers": ["gx10-c", "gx10-b", "gx10-d"]},
+            gx10_topology="switch",
+        )
+    )
 
-    assert plan["workers"] == ["gx10-c", "gx10-b"]
+    assert plan["workers"] == ["gx10-c", "gx10-b", "gx10-d"]
     assert plan["hosts"]["gx10-c"]["rank"] == 1
     assert plan["hosts"]["gx10-c"]["node_id"] == 11
     assert plan["hosts"]["gx10-b"]["rails"][0]["address"] == "192.168.100.12"
@@ -262,7 +314,7 @@ def test_mgmt_interface_on_another_netdev_is_fine() -> None:
 
 def test_default_rails_are_not_mutated() -> None:
     before = copy.deepcopy(DEFAULT_RAILS)
-    build_plan(*cluster(THREE))
+    build_plan(*cluster(FOUR, gx10_topology="switch"))
     assert before == DEFAULT_RAILS
 
 
@@ -430,7 +482,9 @@ def test_node_id_below_one(value: int) -> None:
 
 def test_duplicate_explicit_node_ids() -> None:
     error = one_error(
-        THREE, per_host={"gx10-b": {"gx10_node_id": 20}, "gx10-c": {"gx10_node_id": 20}}
+        FOUR,
+        per_host={"gx10-b": {"gx10_node_id": 20}, "gx10-c": {"gx10_node_id": 20}},
+        gx10_topology="switch",
     )
     assert_mentions(
         error, "gx10_node_id 20 is used by both gx10-b and gx10-c", "set a different gx10_node_id"
@@ -438,7 +492,7 @@ def test_duplicate_explicit_node_ids() -> None:
 
 
 def test_explicit_node_id_colliding_with_a_default_says_so() -> None:
-    error = one_error(THREE, per_host={"gx10-c": {"gx10_node_id": 11}})
+    error = one_error(FOUR, gx10_topology="switch", per_host={"gx10-c": {"gx10_node_id": 11}})
     assert_mentions(
         error,
         "gx10_node_id 11 is used by both gx10-b (default: head 10, workers 11, 12, ...) and "
@@ -591,7 +645,9 @@ def test_model_dir_defaults_to_the_checkpoint_directory() -> None:
 
 @pytest.mark.parametrize("path", ["/data/models/tiny", "/m", "/srv/models/a b/c-0731.v2"])
 def test_model_dir_custom_value_is_in_the_plan(path: str) -> None:
-    assert build_plan(*cluster(THREE, gx10_model_dir=path))["model_dir"] == path
+    assert (
+        build_plan(*cluster(FOUR, gx10_topology="switch", gx10_model_dir=path))["model_dir"] == path
+    )
 
 
 @pytest.mark.parametrize(
@@ -645,7 +701,9 @@ def test_model_dir_differs_between_nodes() -> None:
 
 
 def test_model_dir_set_on_a_worker_only_differs_from_the_default() -> None:
-    error = one_error(THREE, per_host={"gx10-c": {"gx10_model_dir": "/srv/models/x"}})
+    error = one_error(
+        FOUR, gx10_topology="switch", per_host={"gx10-c": {"gx10_model_dir": "/srv/models/x"}}
+    )
     assert_mentions(error, "gx10_model_dir on host gx10-c is '/srv/models/x'", "it is undefined")
 
 
@@ -741,7 +799,9 @@ def test_select_node_vars_reads_only_gx10_variables_of_nodes() -> None:
 
 
 def test_rail_plan_filter_matches_build_plan() -> None:
-    groups, hostvars = cluster(THREE, per_host={"gx10-c": {"gx10_node_id": 40}})
+    groups, hostvars = cluster(
+        FOUR, gx10_topology="switch", per_host={"gx10-c": {"gx10_node_id": 40}}
+    )
     assert FilterModule().filters()["rail_plan"] is rail_plan
     plan = rail_plan(hostvars, groups)
     assert plan == build_plan(groups, hostvars)
@@ -907,12 +967,14 @@ def test_supervision_is_off_by_default_and_carried_in_the_plan() -> None:
 def test_supervision_needs_a_bool_and_a_pair() -> None:
     error = one_error(vllm_supervisor_enabled="yes")
     assert error.startswith("vllm_supervisor_enabled is 'yes' (str): it must be true or false")
-    error = one_error(THREE, vllm_supervisor_enabled=True)
+    error = one_error(FOUR, gx10_topology="switch", vllm_supervisor_enabled=True)
     assert error == (
-        "vllm_supervisor_enabled is true but the cluster has 3 nodes: the pair supervisor runs "
-        "two (a head and one worker); set vllm_supervisor_enabled: false for 3 nodes"
+        "vllm_supervisor_enabled is true but the cluster has 4 nodes: the pair supervisor runs "
+        "two (a head and one worker) and supervision of N nodes is not built yet (issue 15); set "
+        "vllm_supervisor_enabled: false for 4 nodes and restart a failed rank with the serve "
+        "stage (every worker, then the head)"
     )
-    assert errors_of(THREE) == []  # not supervised: any number of nodes
+    assert errors_of(FOUR, gx10_topology="switch") == []  # not supervised: any number of nodes
 
 
 def test_supervisor_timings_are_checked_with_the_agents_table_when_supervised() -> None:
@@ -1082,3 +1144,174 @@ def test_the_smoke_battery_cases_must_be_known_names() -> None:
     assert error.startswith("gx10_smoke_battery_cases on host gx10-a is 'parallel,stream': it ")
     assert_mentions(error, "a list of battery case names", "[parallel, stream]", "unset (or [])")
     assert len(errors_of(gx10_smoke_battery="on", gx10_smoke_battery_cases=["x", "y"])) == 3
+
+
+# --- topology (gx10_topology) ------------------------------------------------------------------
+
+FIXTURES = Path(__file__).parent / "fixtures" / "cluster_plan"
+REPO = Path(__file__).resolve().parents[6]
+
+
+def nodes(count: int) -> dict[str, list[str]]:
+    names = [f"gx10-{i}" for i in range(count)]
+    return {"head": names[:1], "workers": names[1:]}
+
+
+def test_topology_defaults_to_direct_and_is_carried_in_the_plan() -> None:
+    assert build_plan(*cluster())["topology"] == "direct"
+    assert build_plan(*cluster(gx10_topology="direct"))["topology"] == "direct"
+    assert build_plan(*cluster(gx10_topology="switch"))["topology"] == "switch"
+
+
+def test_two_node_direct_plan_is_the_same_as_with_no_topology() -> None:
+    plan = build_plan(*cluster(gx10_topology="direct"))
+    assert plan == build_plan(*cluster())
+    # A switch changes nothing for two nodes but the topology itself.
+    switched = build_plan(*cluster(gx10_topology="switch"))
+    assert switched.pop("topology") == "switch"
+    assert plan.pop("topology") == "direct"
+    assert switched == plan
+
+
+def test_lab_plan_is_byte_for_byte_what_integ2_built() -> None:
+    """The lab inventory read with Ansible's own loader, as the validate stage reads it: the plan
+    (without `serving`, tested in test_serve_plan.py, and the new `topology`) is the text the
+    integ2 code printed before topologies existed (fixtures/cluster_plan/README.md)."""
+    loader = DataLoader()
+    inventory = InventoryManager(loader=loader, sources=[str(REPO / "inventories" / "lab")])
+    variables = VariableManager(loader=loader, inventory=inventory)
+    groups = {g: [h.name for h in inventory.groups[g].get_hosts()] for g in ("head", "workers")}
+    hostvars: dict[str, dict[str, Any]] = {}
+    for host in inventory.get_hosts():
+        values = variables.get_vars(host=host)
+        templar = Templar(loader=loader, variables=values)
+        hostvars[host.name] = {k: templar.template(values[k]) for k in NODE_VARS if k in values}
+    plan = build_plan(groups, hostvars)
+    plan.pop("serving")
+    assert plan.pop("topology") == "direct"
+    expected = (FIXTURES / "lab-plan-integ2.json").read_text()
+    assert json.dumps(plan, indent=1) + "\n" == expected
+
+
+@pytest.mark.parametrize("value", ["ring", "Switch", "", 2, True, ["switch"]])
+def test_unknown_topology_is_refused_with_the_choices(value: Any) -> None:
+    error = one_error(gx10_topology=value)
+    assert_mentions(
+        error,
+        f"gx10_topology is {value!r}",
+        "one of direct, switch",
+        "gx10_topology: switch",
+    )
+
+
+@pytest.mark.parametrize("count", [3, 4, 8])
+def test_more_than_two_nodes_on_direct_is_refused(count: int) -> None:
+    errors = errors_of(nodes(count))
+    topology = [error for error in errors if error.startswith("gx10_topology")]
+    assert len(topology) == 1, errors
+    assert_mentions(
+        topology[0],
+        f"gx10_topology is direct (the default) but the cluster has {count} nodes",
+        "gx10-0, gx10-1, gx10-2",
+        "cable every node's rails to a switch",
+        "gx10_topology: switch",
+    )
+    assert errors_of(nodes(count), gx10_topology="direct")[0] == topology[0]
+
+
+def test_topology_is_cluster_wide() -> None:
+    error = one_error(per_host={"gx10-b": {"gx10_topology": "switch"}})
+    assert_mentions(
+        error,
+        "gx10_topology on host gx10-b is 'switch' but on gx10-a it is undefined",
+        "cabled the same way",
+        "group_vars/all.yml",
+    )
+
+
+@pytest.mark.parametrize("count", [2, 4, 8])
+def test_switch_accepts_head_divisible_sizes(count: int) -> None:
+    assert errors_of(nodes(count), gx10_topology="switch") == []
+
+
+@pytest.mark.parametrize("count", [3, 5, 6, 7])
+def test_tensor_parallel_size_must_divide_the_attention_heads(count: int) -> None:
+    error = one_error(nodes(count), gx10_topology="switch")
+    assert_mentions(
+        error,
+        f"tensor-parallel size {count} ({count} node(s) x vllm_serve_gpus_per_node 1) does not "
+        "divide the 64 attention heads of deepseek-v4-flash-fp8",
+        "2, 4, 8, 16 nodes",
+        "groups['workers']",
+    )
+
+
+def test_gpus_per_node_count_in_the_tensor_parallel_size() -> None:
+    # 2 nodes x 3 GPUs = 6 does not divide 64; 2 x 2 = 4 does.
+    error = one_error(vllm_serve_gpus_per_node=3)
+    assert_mentions(error, "tensor-parallel size 6 (2 node(s) x vllm_serve_gpus_per_node 3)")
+    assert not any("attention heads" in e for e in errors_of(nodes(2), vllm_serve_gpus_per_node=2))
+
+
+def test_rail_subnet_too_small_for_the_nodes_says_so_once() -> None:
+    errors = errors_of(
+        nodes(4),
+        per_host={f"gx10-{i}": {"gx10_node_id": i + 1} for i in range(4)},
+        gx10_topology="switch",
+        gx10_rails=rails("192.168.50.4/30", "192.168.60.0/24"),
+    )
+    assert len(errors) == 1, errors
+    assert_mentions(
+        errors[0],
+        "gx10_rails[0].subnet '192.168.50.4/30' (rail rail0) has 2 host addresses but the "
+        "cluster has 4 nodes",
+        "use a larger subnet, e.g. /29 or /24",
+    )
+
+
+def test_eight_nodes_fit_a_28_only_with_small_node_ids() -> None:
+    # /28: 14 host addresses; the default ids 10..17 run past .14 and are named one by one.
+    errors = errors_of(
+        nodes(8), gx10_topology="switch", gx10_rails=rails("10.0.0.0/28", "10.0.1.0/24")
+    )
+    assert [e.split(" gives ")[0] for e in errors] == [
+        "gx10_node_id 15 on host gx10-5",  # the broadcast address
+        "gx10_node_id 16 on host gx10-6",
+        "gx10_node_id 17 on host gx10-7",
+    ]
+    assert "the broadcast address of 10.0.0.0/28" in errors[0]
+    assert all("outside subnet 10.0.0.0/28" in e for e in errors[1:])
+    ids = {f"gx10-{i}": {"gx10_node_id": i + 1} for i in range(8)}
+    assert (
+        errors_of(
+            nodes(8),
+            per_host=ids,
+            gx10_topology="switch",
+            gx10_rails=rails("10.0.0.0/28", "10.0.1.0/24"),
+        )
+        == []
+    )
+
+
+def test_duplicate_addresses_on_a_switch_are_refused() -> None:
+    custom = rails("192.168.100.0/24", "192.168.101.0/24")
+    custom[1]["addresses"] = {"gx10-3": "192.168.101.11"}
+    error = one_error(nodes(4), gx10_topology="switch", gx10_rails=custom)
+    assert_mentions(error, "gx10-1 (gx10_node_id 11 on host gx10-1) and gx10-3", "both get address")
+
+
+def test_supervision_is_refused_for_more_than_two_nodes_on_a_switch() -> None:
+    error = one_error(nodes(4), gx10_topology="switch", vllm_supervisor_enabled=True)
+    assert_mentions(error, "has 4 nodes", "supervision of N nodes is not built yet")
+    assert errors_of(nodes(2), gx10_topology="switch", vllm_supervisor_enabled=True) == []
+
+
+def test_all_topology_problems_are_reported_at_once() -> None:
+    errors = errors_of(nodes(3), gx10_rails=rails("10.0.0.0/30"), vllm_supervisor_enabled=True)
+    for fragment in (
+        "gx10_topology is direct (the default) but the cluster has 3 nodes",
+        "has 2 host addresses but the cluster has 3 nodes",
+        "vllm_supervisor_enabled is true but the cluster has 3 nodes",
+        "tensor-parallel size 3",
+    ):
+        assert sum(fragment in error for error in errors) == 1, (fragment, errors)

@@ -412,3 +412,21 @@ def test_a_workers_own_view_of_the_runs_does_not_fail() -> None:
     worker_view = [{**RAILS2[0], "peers": {"a": "10.0.0.1"}}]
     runs = rules.bandwidth_runs(worker_view, ["b"], tool="iperf3", iperf3_reverse=False, port=1)
     assert runs[0]["pairs"][0]["server_ip"] is None
+
+
+def test_on_a_switch_every_peer_is_pinged_and_the_bad_link_is_named() -> None:
+    """Four nodes on a switch: node a's rail has three peers; one of them does not answer."""
+    rail = {**RAIL, "peers": {"b": "192.168.101.11", "c": "192.168.101.12", "d": "192.168.101.13"}}
+    ping = [
+        {"netdev": rail["netdev"], "peer": peer, "ok": peer != "c", "message": message}
+        for peer, message in (("b", ""), ("c", "Destination Host Unreachable"), ("d", ""))
+    ]
+    checks = rules.link_checks("a", [rail], {rail["netdev"]: GOOD}, mtu=9000, ping=ping)
+    pings = [check for check in checks if "no-fragment" in check["name"]]
+    assert [(c["name"].split(": ", 1)[1], c["ok"]) for c in pings] == [
+        ("no-fragment 8972-byte ping a -> b 192.168.101.11", True),
+        ("no-fragment 8972-byte ping a -> c 192.168.101.12", False),
+        ("no-fragment 8972-byte ping a -> d 192.168.101.13", True),
+    ]
+    assert pings[1]["value"] == "Destination Host Unreachable"
+    assert pings[1]["name"].startswith("rail1 a enP2p1s0f0np0 192.168.101.10 <-> b ")

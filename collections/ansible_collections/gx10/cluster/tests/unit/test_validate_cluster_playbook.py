@@ -211,3 +211,70 @@ def test_a_serving_profile_that_does_not_fit_is_refused_from_extra_vars(tmp_path
     assert "need 116.8 GiB per rank: weights 77.7" in output
     assert "vllm_serve_kv_context_seqs (inventory)" in output
     assert "SECOND_PLAY_RAN" not in output
+
+
+TOPOLOGY_PLAYBOOK = """
+- name: Validate an inventory of several nodes
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Validate
+      gx10.cluster.validate_cluster:
+      register: validation
+
+    - name: Show the plan
+      ansible.builtin.debug:
+        msg: "TOPOLOGY={{ validation.plan.topology }} RANKS={{
+          validation.plan.nodes | map(attribute='rank') | join(',') }} PEERS_D={{
+          validation.plan.hosts['gx10-d'].rails[0].peers | dictsort | map('join', '=')
+          | join(',') }}"
+"""
+
+
+def several_nodes(count: int, **cluster_vars: Any) -> dict[str, Any]:
+    data = two_node_inventory({}, {}, cluster_vars)
+    workers = data["all"]["children"]["gx10"]["children"]["workers"]["hosts"]
+    for name in "cdefgh"[: count - 2]:
+        workers[f"gx10-{name}"] = {}
+    return data
+
+
+@pytest.mark.parametrize(
+    ("count", "cluster_vars", "rc", "expected"),
+    [
+        (
+            4,
+            {"gx10_topology": "switch"},
+            0,
+            "TOPOLOGY=switch RANKS=0,1,2,3 PEERS_D=gx10-a=192.168.100.10,"
+            "gx10-b=192.168.100.11,gx10-c=192.168.100.12",
+        ),
+        (
+            4,
+            {},
+            2,
+            "gx10_topology is direct (the default) but the cluster has 4 nodes (gx10-a, gx10-b, "
+            "gx10-c, gx10-d)",
+        ),
+        (
+            6,
+            {"gx10_topology": "switch"},
+            2,
+            "tensor-parallel size 6 (6 node(s) x vllm_serve_gpus_per_node 1) does not divide the "
+            "64 attention heads",
+        ),
+    ],
+)
+def test_the_topology_through_the_action(
+    tmp_path: Path, count: int, cluster_vars: dict[str, Any], rc: int, expected: str
+) -> None:
+    (tmp_path / "hosts.yml").write_text(
+        yaml.safe_dump(several_nodes(count, **cluster_vars)), encoding="utf-8"
+    )
+    (tmp_path / "site.yml").write_text(TOPOLOGY_PLAYBOOK, encoding="utf-8")
+    result = run_ansible_playbook(
+        tmp_path, tmp_path / "hosts.yml", tmp_path / "site.yml", timeout=120
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == rc, output
+    assert expected in " ".join(output.split()), output
