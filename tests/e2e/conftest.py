@@ -1,23 +1,52 @@
-"""End-to-end fixtures: the two-node lab, brought up once per session (test equipment)."""
+"""End-to-end fixtures: the two-node lab, brought up once per session (test equipment).
+
+The files that only use the lab serving as site.yml leaves it, and leave it so (each restores
+what it changed), share one converge (`serving_lab`) and run first, in this order; every other
+file converges for itself. Each converge of the lab is a minute, so this is where the suite's
+time goes.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from labtools import node_sh
+from labtools import LAB_INVENTORY, node_sh
 
-from gx10 import lab
+from gx10 import ProvisionResult, lab, provision
+
+SHARED_CONVERGE = (
+    "test_clients.py",
+    "test_metrics.py",
+    "test_gateway.py",
+    "test_doctor.py",
+    "test_bench.py",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(pytest.mark.lab)
 
+    def group(item: pytest.Item) -> int:
+        name = Path(str(item.fspath)).name
+        return SHARED_CONVERGE.index(name) if name in SHARED_CONVERGE else len(SHARED_CONVERGE)
+
+    items.sort(key=group)  # stable: each file's tests keep their order
+
 
 @pytest.fixture(scope="session")
 def lab_up() -> lab.LabStatus:
     return lab.up(log=lambda line: print(f"lab: {line}"))
+
+
+@pytest.fixture(scope="session")
+def serving_lab(lab_up: lab.LabStatus) -> ProvisionResult:
+    """site.yml converged on the lab once, for the SHARED_CONVERGE files."""
+    result = provision(LAB_INVENTORY, "site.yml")
+    assert result.ok, result.failed_tasks
+    return result
 
 
 @pytest.fixture

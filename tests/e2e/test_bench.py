@@ -21,7 +21,7 @@ import httpx
 import pytest
 from labtools import LAB_INVENTORY, node_sh
 
-from gx10 import lab, provision
+from gx10 import ProvisionResult, lab
 
 NODES = ("gx10-a", "gx10-b")
 QUICK = ["--prompt-lengths", "256", "--max-tokens", "32", "--cool-down-timeout", "120"]
@@ -85,9 +85,7 @@ def sessions_held() -> bool:
 
 
 @pytest.fixture(scope="module")
-def served(lab_up: lab.LabStatus) -> None:
-    converged = provision(LAB_INVENTORY, "site.yml")
-    assert converged.ok, converged.failed_tasks
+def served(serving_lab: ProvisionResult) -> None:
     assert policy_restored()
 
 

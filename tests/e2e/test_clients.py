@@ -18,7 +18,7 @@ import pytest
 import yaml
 from labtools import LAB_INVENTORY, node_sh
 
-from gx10 import ProvisionResult, lab, provision
+from gx10 import ProvisionResult
 from gx10.cli import main
 
 TOOL = {
@@ -36,10 +36,8 @@ TOOL = {
 
 
 @pytest.fixture(scope="module")
-def served(lab_up: lab.LabStatus) -> ProvisionResult:
-    result = provision(LAB_INVENTORY, "site.yml")
-    assert result.ok, result.failed_tasks
-    return result
+def served(serving_lab: ProvisionResult) -> ProvisionResult:
+    return serving_lab
 
 
 @pytest.fixture(scope="module")

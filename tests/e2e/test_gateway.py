@@ -26,7 +26,7 @@ import pytest
 import yaml
 from labtools import LAB_INVENTORY, node_sh
 
-from gx10 import ProvisionResult, lab, provision
+from gx10 import ProvisionResult, provision
 from gx10.cli import main
 
 CONTAINER = "gx10-vllm"
@@ -84,9 +84,7 @@ def inventory(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def gated(lab_up: lab.LabStatus, inventory: Path) -> Iterator[ProvisionResult]:
-    converged = provision(LAB_INVENTORY, "site.yml")
-    assert converged.ok, converged.failed_tasks
+def gated(serving_lab: ProvisionResult, inventory: Path) -> Iterator[ProvisionResult]:
     result = provision(inventory, "serve.yml")
     try:
         assert result.ok, result.failed_tasks

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from labtools import LAB_INVENTORY, node_sh
 
-from gx10 import lab, provision
+from gx10 import ProvisionResult, lab
 from gx10.lab.config import LabConfig
 from gx10.metrics import dashboard
 from gx10.metrics.promql import metric_names
@@ -64,11 +64,9 @@ def targets() -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def converged(lab_up: lab.LabStatus) -> None:
+def converged(lab_up: lab.LabStatus, serving_lab: ProvisionResult) -> None:
     """site.yml on the lab: the metrics stage on both nodes, the pair serving."""
     assert lab_up.prometheus == "running", lab_up.summary_lines()
-    result = provision(LAB_INVENTORY, "site.yml")
-    assert result.ok, result.failed_tasks
 
 
 @pytest.fixture(scope="module")

@@ -88,9 +88,9 @@ def lab(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
     state = types.SimpleNamespace(running=False, calls=[])
     state.patch = lambda name, fn: monkeypatch.setattr(gx10.lab, name, fn)
 
-    def up() -> FakeLabStatus:
+    def up(cfg: gx10.lab.LabConfig | None = None) -> FakeLabStatus:
         print("starting containers")  # the real up() logs progress with print
-        state.calls.append("up")
+        state.calls.append("up" if cfg is None or len(cfg.nodes) == 2 else f"up {len(cfg.nodes)}")
         state.running = True
         return FakeLabStatus(running=True)
 
@@ -274,3 +274,11 @@ def test_lab_heat_writes_the_simulator_state_files(
     with pytest.raises(LabError, match="run `gx10 lab up` first"):
         manager.heat("gx10-a", 5.0)
     assert len(commands) == 3
+
+
+def test_lab_up_nodes_four_builds_the_switch_lab(lab: types.SimpleNamespace) -> None:
+    assert invoke(["lab", "up", "--nodes", "4"]).code == 0
+    assert lab.calls == ["up 4"]
+    with pytest.raises(SystemExit) as info:
+        invoke(["lab", "up", "--nodes", "3"])
+    assert info.value.code != 0  # argparse's usage error: 3 is not a lab size

@@ -42,13 +42,31 @@ class Serving:
 class FakeLab:
     stall_file: Path
     graceful: bool = True  # does `systemctl reboot` bring the container down?
-    state: dict[str, str] = field(default_factory=lambda: dict.fromkeys(CFG.nodes, "running"))
+    cfg: LabConfig = CFG
+    state: dict[str, str] = field(default_factory=dict)
     links: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     serving: dict[str, Serving | None] = field(
         default_factory=lambda: {A: Serving("head"), B: Serving("worker")}
     )
     calls: list[tuple[str, ...]] = field(default_factory=list)
     next_index: int = 100
+
+    def __post_init__(self) -> None:
+        self.state = {**dict.fromkeys(self.cfg.nodes, "running"), **self.state}
+
+    def plug(self, node: str, netdev: str, mac: str, port: str) -> None:
+        """A switch: the node's end and its port (not yet on a bridge) in the switch."""
+        ia, ib = self.next_index, self.next_index + 1
+        self.next_index += 2
+        self.links.setdefault(node, {})[netdev] = {
+            "ifname": netdev, "address": mac, "operstate": "UP", "ifindex": ia,
+            "link_index": ib, "linkinfo": {"info_kind": "veth"},
+            "peer": (self.cfg.switch_name, port),
+        }  # fmt: skip
+        self.links.setdefault(self.cfg.switch_name, {})[port] = {
+            "ifname": port, "operstate": "UP", "ifindex": ib, "link_index": ia,
+            "linkinfo": {"info_kind": "veth"}, "peer": (node, netdev),
+        }  # fmt: skip
 
     def cable(self, netdev: str, macs: dict[str, str]) -> None:
         ia, ib = self.next_index, self.next_index + 1
@@ -65,10 +83,19 @@ class FakeLab:
 
     def power_off(self, node: str) -> None:
         self.state[node] = "exited"
-        for netdev in list(self.links.get(node, {})):
-            for end in CFG.nodes:  # a veth pair dies whole
-                self.links.get(end, {}).pop(netdev, None)
+        for netdev, end in list(self.links.get(node, {}).items()):
+            self.drop(node, netdev, end)
         self.links[node] = {}
+
+    def drop(self, node: str, name: str, end: dict[str, Any]) -> None:
+        """A veth pair dies whole: its far end goes with it."""
+        self.links.get(node, {}).pop(name, None)
+        if "peer" in end:
+            far_node, far_name = end["peer"]
+            self.links.get(far_node, {}).pop(far_name, None)
+        elif self.cfg.topology == "direct":
+            for other in self.cfg.nodes:
+                self.links.get(other, {}).pop(name, None)
 
     def run(
         self,
@@ -88,6 +115,15 @@ class FakeLab:
 
     def answer(self, args: list[str]) -> tuple[int, str]:
         match args:
+            case ["ip", "link", "add", "name", netdev, "address", mac, "netns", pid, *rest] if (
+                rest[-1] == f"pid-{self.cfg.switch_name}"
+            ):
+                assert rest[:4] == ["type", "veth", "peer", "name"]
+                self.plug(pid.removeprefix("pid-"), netdev, mac, rest[4])
+                return 0, ""
+            case ["docker", "ps", "-a", "--format", "{{.Names}}", *filters]:
+                assert filters[-1] == "label=gx10.lab.role=node", filters
+                return 0, "\n".join(n for n in self.state if n in self.cfg.nodes)
             case ["ip", "link", "add", "name", netdev, "address", mac_a, "netns", pid_a, *rest]:
                 assert rest[:4] == ["type", "veth", "peer", "name"]
                 assert rest[4] == netdev
@@ -100,7 +136,7 @@ class FakeLab:
             case ["docker", "inspect", "-f", "{{.State.Pid}}", node]:
                 return 0, f"pid-{node}"
             case ["docker", "inspect", "-f", fmt, node] if "IPAddress" in fmt:
-                return 0, CFG.mgmt_address(node)
+                return 0, self.cfg.mgmt_address(node)
             case ["docker", "kill", *nodes]:
                 for node in nodes:
                     self.power_off(node)
@@ -115,8 +151,19 @@ class FakeLab:
         raise AssertionError(f"unexpected command {args}")
 
     def node(self, node: str, command: list[str]) -> tuple[int, str]:
-        serving = self.serving[node]
+        serving = self.serving.get(node)
         match command:
+            case ["ip", "link", "set", port, "mtu", mtu, "master", bridge, "up"]:
+                assert node == self.cfg.switch_name
+                self.links[node][port].update(master=bridge, mtu=int(mtu))
+                return 0, ""
+            case ["ip", "link", "add", bridge, "mtu", _, "type", "bridge", *_]:
+                self.links.setdefault(node, {})[bridge] = {
+                    "ifname": bridge,
+                    "linkinfo": {"info_kind": "bridge"},
+                    "operstate": "UP",
+                }
+                return 0, ""
             case ["systemctl", "reboot"]:
                 if self.graceful:
                     self.power_off(node)
@@ -130,7 +177,10 @@ class FakeLab:
             case ["ip", "link", "set", _, "up"]:
                 return 0, ""
             case ["ip", "link", "del", netdev]:
-                self.links[node].pop(netdev, None)
+                end = self.links.get(node, {}).get(netdev)
+                if end is None:
+                    return 1, ""
+                self.drop(node, netdev, end)
                 return 0, ""
             case ["docker", "inspect", "-f", _, manager.SERVE_CONTAINER]:
                 if serving is None:
@@ -386,3 +436,110 @@ def test_lab_fault_commands_report_errors(fake: FakeLab) -> None:
         with pytest.raises(SystemExit) as info:
             invoke(["lab", *args])
         assert info.value.code == 1
+
+
+# --------------------------------------------------------------------------------------------
+# Four nodes on a switch (`gx10 lab up --nodes 4`): one bridge per rail, a port per node and rail
+# --------------------------------------------------------------------------------------------
+
+CFG4 = LabConfig.sized(4)
+
+
+@pytest.fixture
+def switched(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeLab:
+    """Four running nodes and a running switch with its bridges; no node plugged in yet."""
+    lab = FakeLab(stall_file=tmp_path / "stall", cfg=CFG4)
+    lab.state.update({CFG4.switch_name: "running"})
+    for rail in CFG4.rails:
+        lab.node(CFG4.switch_name, ["ip", "link", "add", CFG4.bridge(rail), "mtu", "9216",
+                                    "type", "bridge"])  # fmt: skip
+    monkeypatch.setattr(manager._docker, "run", lab.run)
+    monkeypatch.setattr(manager.time, "sleep", lambda seconds: None)
+    lab.state.update(
+        {CFG4.registry_name: "running", CFG4.nas_name: "running", CFG4.prometheus_name: "running"}
+    )
+    return lab
+
+
+def _ports(lab: FakeLab) -> dict[str, tuple[str | None, str]]:
+    """Switch port -> (its bridge, the MAC of the node end it leads to)."""
+    ports = lab.links.get(CFG4.switch_name, {})
+    return {
+        name: (port.get("master"), lab.links[port["peer"][0]][port["peer"][1]]["address"])
+        for name, port in ports.items()
+        if "peer" in port
+    }
+
+
+def test_the_four_node_lab_is_named_and_shaped() -> None:
+    assert CFG4.nodes == ("gx10-a", "gx10-b", "gx10-c", "gx10-d")
+    assert (CFG4.topology, CFG4.metrics_inventory) == ("switch", "inventories/lab4")
+    assert [CFG4.mgmt_address(n) for n in CFG4.nodes][-1] == "172.31.240.13"
+    assert CFG4.port("gx10-c", CFG4.rails[1]) == "gx10-c-r1"
+    assert len(CFG4.port("gx10-d", CFG4.rails[1])) <= 15  # IFNAMSIZ - 1
+    with pytest.raises(ValueError, match="2 or 4 nodes"):
+        LabConfig.sized(3)
+    with pytest.raises(ValueError, match="direct cables join two nodes"):
+        LabConfig(nodes=CFG4.nodes)
+    with pytest.raises(ValueError, match="'ring' is not one of direct, switch"):
+        LabConfig(topology="ring")
+
+
+def test_every_node_is_plugged_into_each_rails_bridge(switched: FakeLab) -> None:
+    logs: list[str] = []
+    manager.ensure_rails(CFG4, logs.append)
+    ports = _ports(switched)
+    assert ports == {
+        CFG4.port(node, rail): (CFG4.bridge(rail), CFG4.mac(node, rail))
+        for node in CFG4.nodes
+        for rail in CFG4.rails
+    }
+    assert logs[0] == (
+        "plugging gx10-a enp1s0f0np0 02:9a:00:00:0a:00 into gx10-switch rail0 (gx10-a-r0)"
+    )
+    status = manager.status(CFG4)
+    assert status.running, status.problems
+    assert {r.peer_node for n in status.nodes for r in n.rails} == {
+        "gx10-switch rail0",
+        "gx10-switch rail1",
+    }
+    # Plugged: a second pass changes nothing.
+    calls = len(switched.calls)
+    manager.ensure_rails(CFG4, logs.append)
+    assert not any(c[:3] == ("ip", "link", "add") for c in switched.calls[calls:])
+
+
+def test_the_lab_is_as_big_as_its_node_containers(switched: FakeLab) -> None:
+    assert manager.current() == CFG4
+    for node in ("gx10-c", "gx10-d"):
+        del switched.state[node]
+    assert manager.current() == CFG
+
+
+def test_a_rebooted_node_is_plugged_back_alone_with_its_macs(switched: FakeLab) -> None:
+    manager.ensure_rails(CFG4, lambda line: None)
+    before = _ports(switched)
+    result = manager.reboot("gx10-c", CFG4, log=lambda line: None)
+    assert result.status.running, result.status.problems
+    assert _ports(switched) == before
+    replugged = [c for c in switched.calls if c[:3] == ("ip", "link", "add")][len(before) :]
+    assert [c[4] for c in replugged] == ["enp1s0f0np0", "enP2p1s0f0np0"]
+    assert {c[8] for c in replugged} == {"pid-gx10-c"}
+
+
+def test_a_switch_port_missing_is_a_problem_named_by_node_and_rail(switched: FakeLab) -> None:
+    manager.ensure_rails(CFG4, lambda line: None)
+    switched.node(CFG4.switch_name, ["ip", "link", "del", "gx10-d-r1"])
+    assert manager.status(CFG4).problems == (
+        "rail enP2p1s0f0np0: gx10-d is not plugged into gx10-switch rail1",
+    )
+
+
+def test_swapping_a_nodes_nics_on_a_switch_changes_its_macs_only(switched: FakeLab) -> None:
+    manager.ensure_rails(CFG4, lambda line: None)
+    before = _ports(switched)
+    manager.swap_nics("gx10-b", CFG4, log=lambda line: None)
+    after = _ports(switched)
+    changed = {port for port in after if after[port] != before[port]}
+    assert changed == {"gx10-b-r0", "gx10-b-r1"}
+    assert after["gx10-b-r1"] == ("rail1", CFG4.mac("gx10-b", CFG4.rails[1], 1))

@@ -1,4 +1,5 @@
-"""The two-node lab: GB10 stand-ins in containers, cabled rail to rail (test equipment)."""
+"""The lab: GB10 stand-ins in containers, two cabled rail to rail or four on a switch (test
+equipment)."""
 
 from gx10.lab.config import LabConfig
 from gx10.lab.errors import LabError
@@ -7,6 +8,7 @@ from gx10.lab.manager import (
     NodeStatus,
     PowerResult,
     RailStatus,
+    current,
     down,
     ensure_rails,
     heat,
@@ -28,6 +30,7 @@ __all__ = [
     "NodeStatus",
     "PowerResult",
     "RailStatus",
+    "current",
     "down",
     "ensure_rails",
     "heat",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from gx10 import lab as api
 from gx10.cli import EXIT_NOT_RUNNING, EXIT_OK, Parser, print_json, stdout_for
+from gx10.lab.config import LAB_SIZES, LabConfig
 from gx10.lab.manager import SERVE_CONTAINER, LabStatus, PowerResult
 
 
@@ -22,14 +23,29 @@ def add_parser(
     json_option: Parser,
 ) -> None:
     """`gx10 lab ACTION`: registered through the `gx10.commands` entry point."""
-    lab = commands.add_parser("lab", help="the two-node docker lab that stands in for GB10 nodes")
+    lab = commands.add_parser(
+        "lab", help="the docker lab that stands in for GB10 nodes (two, or four on a switch)"
+    )
     actions = lab.add_subparsers(title="actions", metavar="ACTION", required=True)
     for name, handler, text in (
         ("up", _run_lab_up, "start the lab and wait until it is reachable"),
         ("down", _run_lab_down, "stop and remove the lab"),
         ("status", _run_lab_status, "show the lab; exit 0 only if it is running"),
     ):
-        actions.add_parser(name, parents=[json_option], help=text).set_defaults(handler=handler)
+        action = actions.add_parser(name, parents=[json_option], help=text)
+        action.set_defaults(handler=handler)
+        if name == "up":
+            action.add_argument(
+                "--nodes",
+                type=int,
+                choices=sorted(LAB_SIZES),
+                default=2,
+                help=(
+                    "how many nodes: 2 on direct rail cables (inventories/lab, the default) or "
+                    "4 on a switch, a bridge per rail (inventories/lab4); another count reshapes "
+                    "a running lab"
+                ),
+            )
     # Test equipment for hardware-swap scenarios: the inventory is then re-applied to converge.
     for name, handler, text in (
         ("swap-nics", _run_lab_swap_nics, "give NODE's rails new NICs (new MACs), recabled"),
@@ -167,7 +183,7 @@ _seconds = _bounded(0.0, 86400.0, "seconds", "e.g. 10")
 
 def _run_lab_up(args: argparse.Namespace) -> int:
     with stdout_for(args):
-        status = api.up()
+        status = api.up(LabConfig.sized(args.nodes))
     _print_lab_status(args, status)
     return EXIT_OK
 

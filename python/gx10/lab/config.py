@@ -1,8 +1,9 @@
-"""What the lab is: two GB10 stand-ins, their rail cables, a management network, a registry,
-a NAS stand-in and a Prometheus.
+"""What the lab is: GB10 stand-ins (two on direct rail cables by default, or four on a switch),
+a management network, a registry, a NAS stand-in and a Prometheus.
 
-Names and addresses here mirror `inventories/lab`; the rail netdevs are the real GB10 names
-(FIELD_NOTES section 2) so roles run unchanged against the lab.
+Names and addresses here mirror `inventories/lab` (two nodes) and `inventories/lab4` (four); the
+rail netdevs are the real GB10 names (FIELD_NOTES section 2) so roles run unchanged against the
+lab.
 """
 
 from __future__ import annotations
@@ -32,9 +33,15 @@ def mac_generation(mac: str) -> int:
     return int(found.group(1), 16)
 
 
+# The lab sizes `gx10 lab up --nodes N` builds, each with its inventory (docs/LAB.md).
+LAB_SIZES = {2: "inventories/lab", 4: "inventories/lab4"}
+TOPOLOGIES = ("direct", "switch")
+
+
 @dataclass(frozen=True, slots=True)
 class Rail:
-    """One direct cable: a veth pair joining the same-named netdev on two nodes."""
+    """One rail: on `direct`, a veth pair joining the same-named netdev on two nodes; on
+    `switch`, one veth pair per node from that netdev to a port of the rail's bridge."""
 
     netdev: str
     index: int
@@ -47,6 +54,13 @@ class LabConfig:
     name: str = "gx10"
     nodes: tuple[str, ...] = ("gx10-a", "gx10-b")
     rails: tuple[Rail, ...] = (Rail("enp1s0f0np0", 0), Rail("enP2p1s0f0np0", 1))
+    # direct: two nodes, a cable per rail. switch: every node's rail k on bridge k of the switch
+    # stand-in (a container of its own, so `down` takes the bridges with it), as
+    # `gx10_topology: switch` cables real nodes (docs/TOPOLOGY.md).
+    topology: str = "direct"
+    switch_name: str = "gx10-switch"
+    # The switch's ports carry jumbo frames with room to spare, as a 200 GbE switch set to 9216.
+    switch_mtu: int = 9216
     mgmt_network: str = "gx10-lab-mgmt"
     # Fixed management addresses, as a real site's management network has: the inventory names
     # them (gx10_api_host) so the controller reaches the head's API. Move the subnet with
@@ -71,6 +85,39 @@ class LabConfig:
         default_factory=lambda: int(os.environ.get("GX10_LAB_PROMETHEUS_PORT", "9090"))
     )
     metrics_inventory: str = "inventories/lab"
+
+    def __post_init__(self) -> None:
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(
+                f"lab topology {self.topology!r} is not one of {', '.join(TOPOLOGIES)}"
+            )
+        if len(self.nodes) < 2 or (self.topology == "direct" and len(self.nodes) != 2):
+            raise ValueError(
+                f"a {self.topology} lab of {len(self.nodes)} nodes cannot be cabled: direct cables "
+                "join two nodes, a switch two or more"
+            )
+
+    @classmethod
+    def sized(cls, count: int) -> LabConfig:
+        """The lab of `count` nodes (gx10-a, gx10-b, ...): two on cables, more on a switch."""
+        if count not in LAB_SIZES:
+            sizes = " or ".join(str(n) for n in LAB_SIZES)
+            raise ValueError(f"the lab has {sizes} nodes (an inventory each), not {count}")
+        if count == 2:
+            return cls()
+        return cls(
+            nodes=tuple(f"gx10-{chr(ord('a') + i)}" for i in range(count)),
+            topology="switch",
+            metrics_inventory=LAB_SIZES[count],
+        )
+
+    def bridge(self, rail: Rail) -> str:
+        """The switch's bridge for a rail (its subnet), inside the switch stand-in."""
+        return f"rail{rail.index}"
+
+    def port(self, node: str, rail: Rail) -> str:
+        """The switch port (the far end of the node's veth) for a node's rail: gx10-c-r1."""
+        return f"{node}-r{rail.index}"
 
     @property
     def nas_volume(self) -> str:

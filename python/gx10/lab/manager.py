@@ -1,4 +1,5 @@
-"""Bring the two-node lab up, report on it, and take it down without a trace.
+"""Bring the lab up (two nodes on cables, or four on a switch), report on it, and take it down
+without a trace.
 
 Design choices, and why:
 
@@ -14,6 +15,11 @@ Design choices, and why:
 * Each rail is one veth pair created directly inside the two nodes' network namespaces with the
   real GB10 netdev name on both ends: a cable, no bridge, no switch. Deleting a node deletes its
   namespace and with it the cable.
+* A lab of more nodes (`gx10 lab up --nodes 4`) stands a switch in: a container of its own
+  holding one Linux bridge per rail (its ports at MTU 9216, as a 200 GbE switch is set up), and one
+  veth pair per node and rail from the node's real netdev to a port of that rail's bridge. The
+  bridges live in the switch's network namespace, never on this machine, so removing the switch
+  removes them; a port of the switch is the test equipment's handle on one node's link.
 * Every object carries the label `gx10.lab=<name>`; `down` removes by that label, never by pattern.
 * A real Prometheus (Debian's) scrapes the lab as a site's would: its config is the one
   `gx10 metrics config` writes from the lab inventory, its HTTP API is on this machine's loopback.
@@ -417,8 +423,33 @@ def _pid(node: str) -> str:
     return _docker.docker("inspect", "-f", "{{.State.Pid}}", node)
 
 
-def _cable_ok(cfg: LabConfig, rail: Rail, links: dict[str, dict[str, dict[str, Any]]]) -> bool:
-    """Both ends exist and are veth peers of each other."""
+Links = dict[str, dict[str, dict[str, Any]]]
+
+
+def _veth(end: dict[str, Any] | None) -> bool:
+    return bool(end) and (end or {}).get("linkinfo", {}).get("info_kind") == "veth"
+
+
+def _port_ok(cfg: LabConfig, node: str, rail: Rail, links: Links) -> bool:
+    """On a switch: the node's rail end is a veth whose far end is its port on the rail's bridge."""
+    end = links.get(node, {}).get(rail.netdev)
+    port = links.get(cfg.switch_name, {}).get(cfg.port(node, rail))
+    if not _veth(end) or not _veth(port) or end is None or port is None:
+        return False
+    return port.get("master") == cfg.bridge(rail) and end.get("link_index") == port.get("ifindex")
+
+
+def _unplugged(cfg: LabConfig, rail: Rail, links: Links) -> list[str]:
+    """The nodes whose end of the rail is not connected as the topology says (to be replugged)."""
+    if cfg.topology == "switch":
+        return [node for node in cfg.nodes if not _port_ok(cfg, node, rail, links)]
+    return [] if _cable_ok(cfg, rail, links) else list(cfg.nodes)
+
+
+def _cable_ok(cfg: LabConfig, rail: Rail, links: Links) -> bool:
+    """Direct: both ends exist and are veth peers of each other. Switch: every node is plugged."""
+    if cfg.topology == "switch":
+        return not _unplugged(cfg, rail, links)
     a, b = cfg.nodes
     end_a, end_b = links[a].get(rail.netdev), links[b].get(rail.netdev)
     if not end_a or not end_b:
@@ -464,6 +495,41 @@ def _node_macs(links: dict[str, dict[str, Any]], cfg: LabConfig) -> list[str | N
     return [links.get(rail.netdev, {}).get("address") for rail in cfg.rails]
 
 
+def _plug(cfg: LabConfig, node: str, rail: Rail, mac: str, log: Log) -> None:
+    """On a switch: a veth pair from the node's rail netdev (with the given MAC) to its port on the
+    rail's bridge; the port at the switch's MTU, both ends up."""
+    port = cfg.port(node, rail)
+    log(f"plugging {node} {rail.netdev} {mac} into {cfg.switch_name} {cfg.bridge(rail)} ({port})")
+    _docker.node_exec(node, "ip", "link", "del", rail.netdev, check=False)
+    _docker.node_exec(cfg.switch_name, "ip", "link", "del", port, check=False)
+    _docker.run([
+        "ip", "link", "add", "name", rail.netdev,
+        "address", mac, "netns", _pid(node),
+        "type", "veth", "peer", "name", port, "netns", _pid(cfg.switch_name),
+    ])  # fmt: skip
+    _docker.node_exec(
+        cfg.switch_name, "ip", "link", "set", port,
+        "mtu", str(cfg.switch_mtu), "master", cfg.bridge(rail), "up",
+    )  # fmt: skip
+    _docker.node_exec(node, "ip", "link", "set", rail.netdev, "up")
+
+
+def _replug(
+    cfg: LabConfig, rail: Rail, nodes: Iterable[str], macs: dict[str, str], log: Log
+) -> None:
+    """Reconnect these nodes' ends of a rail with the given MACs (direct: the whole cable)."""
+    nodes = list(nodes)
+    if not nodes:
+        return
+    if cfg.topology == "switch":
+        for node in nodes:
+            _plug(cfg, node, rail, macs[node], log)
+        return
+    for node in cfg.nodes:
+        _docker.node_exec(node, "ip", "link", "del", rail.netdev, check=False)
+    _cable(cfg, rail, macs, log)
+
+
 def _cable(cfg: LabConfig, rail: Rail, macs: dict[str, str], log: Log) -> None:
     """One veth pair straight into both nodes' namespaces, each end with the given MAC, links up."""
     a, b = cfg.nodes
@@ -480,14 +546,13 @@ def _cable(cfg: LabConfig, rail: Rail, macs: dict[str, str], log: Log) -> None:
 
 
 def ensure_rails(cfg: LabConfig, log: Log, *, generation: int | None = None) -> None:
-    """Make sure every rail cable exists between the two nodes.
+    """Make sure every rail cable exists between the two nodes (on a switch: every node's port).
 
     A healthy cable is left alone whatever its MACs (a swap gave one node new ones). A missing or
     broken cable is recreated with each node's MAC of `generation`, by default the node's current
     generation (read from its other rails; 0 for a fresh node).
     """
-    a, b = cfg.nodes
-    links = {a: _links(a), b: _links(b)}
+    links = _all_links(cfg)
     generations = {
         node: generation
         if generation is not None
@@ -496,15 +561,22 @@ def ensure_rails(cfg: LabConfig, log: Log, *, generation: int | None = None) -> 
     }
     cabled = False
     for rail in cfg.rails:
-        if _cable_ok(cfg, rail, links):
+        unplugged = _unplugged(cfg, rail, links)
+        if not unplugged:
             continue
         cabled = True
-        for node in cfg.nodes:
-            if rail.netdev in links[node]:
-                _docker.node_exec(node, "ip", "link", "del", rail.netdev, check=False)
-        _cable(cfg, rail, {node: cfg.mac(node, rail, generations[node]) for node in cfg.nodes}, log)
+        macs = {node: cfg.mac(node, rail, generations[node]) for node in cfg.nodes}
+        _replug(cfg, rail, unplugged, macs, log)
     if cabled:
         _wait_carrier(cfg)
+
+
+def _all_links(cfg: LabConfig) -> Links:
+    """Every node's links, and on a switch the switch's (its ports and bridges)."""
+    links = {node: _links(node) for node in cfg.nodes}
+    if cfg.topology == "switch":
+        links[cfg.switch_name] = _links(cfg.switch_name)
+    return links
 
 
 def swap_nics(node: str, cfg: LabConfig | None = None, log: Log = print) -> LabStatus:
@@ -514,13 +586,13 @@ def swap_nics(node: str, cfg: LabConfig | None = None, log: Log = print) -> LabS
     and carrier is waited for, as when a technician plugs the cables back in. Addressing is the
     roles' job: whatever configuration referred to the old MACs is now stale.
     """
-    cfg = cfg or LabConfig()
+    cfg = cfg or current()
     if node not in cfg.nodes:
         raise LabError(f"no lab node {node!r}; the nodes are {', '.join(cfg.nodes)}")
     for name in cfg.nodes:
         if _state(name) != "running":
             raise LabError(f"lab node {name} is {_state(name)}: run `gx10 lab up` first")
-    links = {name: _links(name) for name in cfg.nodes}
+    links = _all_links(cfg)
     broken = [rail.netdev for rail in cfg.rails if not _cable_ok(cfg, rail, links)]
     if broken:
         raise LabError(f"rails not cabled ({', '.join(broken)}): run `gx10 lab up` first")
@@ -529,9 +601,11 @@ def swap_nics(node: str, cfg: LabConfig | None = None, log: Log = print) -> LabS
     for rail in cfg.rails:
         macs = {name: str(links[name][rail.netdev]["address"]) for name in cfg.nodes}
         macs[node] = cfg.mac(node, rail, generation)
-        # Deleting one end of a veth pair deletes the other: the cable is unplugged.
+        # Deleting one end of a veth pair deletes the other: the cable is unplugged. On a switch
+        # only this node's cable is; on direct cables the peer's end goes too and comes back
+        # with its own MAC.
         _docker.node_exec(node, "ip", "link", "del", rail.netdev)
-        _cable(cfg, rail, macs, log)
+        _replug(cfg, rail, [node] if cfg.topology == "switch" else cfg.nodes, macs, log)
     _wait_carrier(cfg)
     return status(cfg)
 
@@ -551,7 +625,7 @@ def throttle(
     stuck hardware. Clearing removes the root qdisc (a missing one is not an error). Returns the
     qdisc line `tc qdisc show` reports afterwards.
     """
-    cfg = cfg or LabConfig()
+    cfg = cfg or current()
     if node not in cfg.nodes:
         raise LabError(f"no lab node {node!r}; the nodes are {', '.join(cfg.nodes)}")
     netdevs = [rail.netdev for rail in cfg.rails]
@@ -624,7 +698,7 @@ def heat(
     None removes the file (offset 0, tau 30 s). The model follows from its next reading on, with
     its time constant. Returns both settings as the node now has them (None: the default).
     """
-    cfg = cfg or LabConfig()
+    cfg = cfg or current()
     if node not in cfg.nodes:
         raise LabError(f"no lab node {node!r}; the nodes are {', '.join(cfg.nodes)}")
     if offset_c is not None and not -100.0 <= offset_c <= 100.0:
@@ -667,7 +741,7 @@ def replace_node(node: str, cfg: LabConfig | None = None, log: Log = print) -> L
     The new node boots from the image with nothing configured and generation-0 MACs; `up()`
     recables both rails (the old cables went with the old node's namespace).
     """
-    cfg = cfg or LabConfig()
+    cfg = cfg or current()
     if node not in cfg.nodes:
         raise LabError(f"no lab node {node!r}; the nodes are {', '.join(cfg.nodes)}")
     log(f"replacing {node} by a fresh machine")
@@ -697,16 +771,22 @@ def _wait_carrier(cfg: LabConfig, timeout: float = 15.0) -> None:
 
 
 def up(cfg: LabConfig | None = None, log: Log = print) -> LabStatus:
-    """Build what is missing and bring the lab up. Idempotent, and fast when already up."""
+    """Build what is missing and bring the lab up. Idempotent, and fast when already up.
+
+    Without a config, the default lab (two nodes on direct cables). A lab of another shape is
+    reshaped: nodes it does not name are removed with their volumes, the switch is added or
+    removed, and the rails recabled; nodes it keeps keep their state.
+    """
     cfg = cfg or LabConfig()
-    if len(cfg.nodes) != 2:
-        raise LabError("the lab cables two nodes back to back; LabConfig.nodes must name two")
     node_tag = images.ensure(images.node_spec(), log)
     _ensure_network(cfg, log)
     _ensure_registry(cfg, log)
     _ensure_nas(cfg, log)
+    _remove_extra(cfg, log)
     for node in cfg.nodes:
         _ensure_node(cfg, node, node_tag, log)
+    if cfg.topology == "switch":
+        _ensure_switch(cfg, node_tag, log)
     for node in cfg.nodes:
         _wait_booted(cfg, node)
     ensure_rails(cfg, log)
@@ -720,13 +800,14 @@ def up(cfg: LabConfig | None = None, log: Log = print) -> LabStatus:
 
 def down(cfg: LabConfig | None = None, log: Log = print) -> None:
     """Remove every lab object: containers, then their cables and volumes, then the network."""
-    cfg = cfg or LabConfig()
+    cfg = cfg or current()
     label = f"label={LAB_LABEL}={cfg.name}"
+    nodes = list(dict.fromkeys([*cfg.nodes, *_node_containers(cfg)]))
     containers = _docker.docker("ps", "-aq", "--filter", label).split()
     if containers:
         log(f"removing {len(containers)} lab containers")
         _docker.docker("rm", "-f", "-v", *containers, timeout=180)
-    volumes = [cfg.volume(n) for n in cfg.nodes] + [f"{cfg.name}-registry-data", cfg.nas_volume]
+    volumes = [cfg.volume(n) for n in nodes] + [f"{cfg.name}-registry-data", cfg.nas_volume]
     volumes += _docker.docker("volume", "ls", "-q", "--filter", label).split()
     for volume in dict.fromkeys(volumes):
         if _docker.exists("volume", volume):
@@ -736,16 +817,88 @@ def down(cfg: LabConfig | None = None, log: Log = print) -> None:
         _docker.docker("network", "rm", network)
 
 
-def _rails(
-    cfg: LabConfig, node: str, links: dict[str, dict[str, dict[str, Any]]]
-) -> tuple[RailStatus, ...]:
-    peer = next(n for n in cfg.nodes if n != node)
+def _node_containers(cfg: LabConfig) -> list[str]:
+    """The names of the lab's node containers, in any state, sorted."""
+    out = _docker.docker(
+        "ps", "-a", "--format", "{{.Names}}",
+        "--filter", f"label={LAB_LABEL}={cfg.name}", "--filter", f"label={LAB_LABEL}.role=node",
+        check=False,
+    )  # fmt: skip
+    return sorted(out.split())
+
+
+def current(name: str = LabConfig().name) -> LabConfig:
+    """The shape of the lab as it stands (its node containers); the default lab if there is none.
+
+    Every command but `up` works on the lab as it is: `gx10 lab up --nodes 4` once, then
+    `gx10 lab status`, `reboot gx10-c`, ... act on four nodes."""
+    default = LabConfig(name=name)
+    count = len(_node_containers(default))
+    if count <= len(default.nodes):
+        return default
+    try:
+        return LabConfig.sized(count)
+    except ValueError as error:
+        raise LabError(
+            f"the lab has {count} node containers: {error}; run `gx10 lab down`"
+        ) from None
+
+
+def _remove_extra(cfg: LabConfig, log: Log) -> None:
+    """Reshape: remove node containers (and their volumes) the config does not name, and the
+    switch when the config has none (its bridges and ports go with its namespace)."""
+    for node in _node_containers(cfg):
+        if node in cfg.nodes:
+            continue
+        log(f"removing node {node} (not in a lab of {len(cfg.nodes)})")
+        _docker.docker("rm", "-f", "-v", node, timeout=180)
+        if _docker.exists("volume", cfg.volume(node)):
+            _docker.docker("volume", "rm", "-f", cfg.volume(node))
+    if cfg.topology != "switch" and _state(cfg.switch_name) != "absent":
+        log(f"removing the switch {cfg.switch_name} (direct cables now)")
+        _docker.docker("rm", "-f", cfg.switch_name, timeout=60)
+
+
+def _ensure_switch(cfg: LabConfig, tag: str, log: Log) -> None:
+    """The switch stand-in: a container with no network of Docker's, one bridge per rail.
+
+    It runs the node image's `sleep` (it needs `ip` and nothing else); a recreated switch has
+    lost every port, and `ensure_rails` plugs every node in again."""
+    if _state(cfg.switch_name) != "running":
+        if _state(cfg.switch_name) != "absent":
+            _docker.docker("rm", "-f", cfg.switch_name, timeout=60)
+        log(f"starting the switch {cfg.switch_name} (a bridge per rail)")
+        _docker.docker(
+            "run", "-d", "--name", cfg.switch_name, *_labels(cfg, "switch"),
+            "--network", "none", "--cap-add", "NET_ADMIN", "--restart", "unless-stopped",
+            "--entrypoint", "sleep", tag, "infinity",
+        )  # fmt: skip
+    bridges = _links(cfg.switch_name)
+    for rail in cfg.rails:
+        bridge = cfg.bridge(rail)
+        if bridges.get(bridge, {}).get("linkinfo", {}).get("info_kind") == "bridge":
+            continue
+        # No STP (each rail is one bridge, no loop), and frames forwarded as soon as a port is up.
+        _docker.node_exec(
+            cfg.switch_name, "ip", "link", "add", bridge, "mtu", str(cfg.switch_mtu),
+            "type", "bridge", "stp_state", "0", "forward_delay", "0",
+        )  # fmt: skip
+        _docker.node_exec(cfg.switch_name, "ip", "link", "set", bridge, "up")
+
+
+def _rails(cfg: LabConfig, node: str, links: Links) -> tuple[RailStatus, ...]:
+    def peer(rail: Rail) -> str | None:
+        if cfg.topology == "switch":
+            plugged = _port_ok(cfg, node, rail, links)
+            return f"{cfg.switch_name} {cfg.bridge(rail)}" if plugged else None
+        return next(n for n in cfg.nodes if n != node) if _cable_ok(cfg, rail, links) else None
+
     return tuple(
         RailStatus(
             rail.netdev,
             links[node].get(rail.netdev, {}).get("address"),
             links[node].get(rail.netdev, {}).get("operstate"),
-            peer if _cable_ok(cfg, rail, links) else None,
+            peer(rail),
         )
         for rail in cfg.rails
     )
@@ -753,7 +906,7 @@ def _rails(
 
 def status(cfg: LabConfig | None = None) -> LabStatus:
     """Report on the lab without changing it."""
-    cfg = cfg or LabConfig()
+    cfg = cfg or current()
     problems: list[str] = []
     nodes: list[NodeStatus] = []
     links: dict[str, dict[str, dict[str, Any]]] = {}
@@ -775,10 +928,22 @@ def status(cfg: LabConfig | None = None) -> LabStatus:
         if not engine:
             problems.append(f"node {node}: its Docker engine does not answer")
         nodes.append(NodeStatus(node, state, mgmt or None, engine or None))
-    if len(links) == len(cfg.nodes):
-        a, b = cfg.nodes
+    if cfg.topology == "switch":
+        switch_state = _state(cfg.switch_name)
+        if switch_state != "running":
+            problems.append(f"switch {cfg.switch_name} is {switch_state} (run `gx10 lab up`)")
+        else:
+            links[cfg.switch_name] = _links(cfg.switch_name)
+    if len(links) == len(cfg.nodes) + (cfg.topology == "switch"):
         for rail in cfg.rails:
-            if not _cable_ok(cfg, rail, links):
+            if cfg.topology == "switch":
+                problems.extend(
+                    f"rail {rail.netdev}: {node} is not plugged into {cfg.switch_name} "
+                    f"{cfg.bridge(rail)}"
+                    for node in _unplugged(cfg, rail, links)
+                )
+            elif not _cable_ok(cfg, rail, links):
+                a, b = cfg.nodes
                 problems.append(f"rail {rail.netdev} is not cabled {a} <-> {b}")
         nodes = [
             NodeStatus(n.name, n.state, n.mgmt_address, n.docker_engine, _rails(cfg, n.name, links))
@@ -855,13 +1020,13 @@ def _known_node(cfg: LabConfig, node: str) -> None:
         raise LabError(f"no lab node {node!r}; the nodes are {', '.join(cfg.nodes)}")
 
 
-def _require_lab(cfg: LabConfig) -> dict[str, dict[str, dict[str, Any]]]:
-    """Both nodes running (else the lab is not up); returns their links."""
+def _require_lab(cfg: LabConfig) -> Links:
+    """Every node running (else the lab is not up); returns their links (and the switch's)."""
     for name in cfg.nodes:
         state = _state(name)
         if state != "running":
             raise LabError(f"lab node {name} is {state}: run `gx10 lab up` first")
-    return {name: _links(name) for name in cfg.nodes}
+    return _all_links(cfg)
 
 
 def _cable_macs(
@@ -889,14 +1054,9 @@ def _cable_macs(
 
 def _recable(cfg: LabConfig, macs: dict[str, dict[str, str]], log: Log) -> None:
     """Recreate every broken rail with the recorded MACs (names as before); wait for carrier."""
-    links = {node: _links(node) for node in cfg.nodes}
+    links = _all_links(cfg)
     for rail in cfg.rails:
-        if _cable_ok(cfg, rail, links):
-            continue
-        for node in cfg.nodes:
-            if rail.netdev in links[node]:
-                _docker.node_exec(node, "ip", "link", "del", rail.netdev, check=False)
-        _cable(cfg, rail, macs[rail.netdev], log)
+        _replug(cfg, rail, _unplugged(cfg, rail, links), macs[rail.netdev], log)
     _wait_carrier(cfg)
 
 
@@ -946,7 +1106,7 @@ def reboot(
     recreated with the same names and MACs on both ends; the peer's NetworkManager re-applies
     its profile to the re-appearing device, as to a NIC whose cable is plugged back in.
     """
-    cfg = cfg or LabConfig()
+    cfg = cfg or current()
     _known_node(cfg, node)
     macs = _cable_macs(cfg, _require_lab(cfg))
     log(f"rebooting {node} (systemctl reboot)")
@@ -977,7 +1137,7 @@ def power_cut(
     an AC power cut. Then every node boots again (`docker start`) and the rails are recabled with
     their MACs as before.
     """
-    cfg = cfg or LabConfig()
+    cfg = cfg or current()
     chosen = list(dict.fromkeys(nodes)) or list(cfg.nodes)
     for node in chosen:
         _known_node(cfg, node)
@@ -1042,7 +1202,7 @@ def stall(
     Only the head serves HTTP: on a worker's node this is refused. A restarted head starts
     without a stall.
     """
-    serving = _running_serving(cfg or LabConfig(), node, container)
+    serving = _running_serving(cfg or current(), node, container)
     if serving["role"] not in ("head", ""):
         raise LabError(
             f"{container} on {node} is the {serving['role']} rank; the stall mode is the head's "
@@ -1075,7 +1235,7 @@ def kill_rank(
     kill`, so its restart policy applies. Waits (bounded) until the container no longer runs
     that process. Returns what was killed and the container's state after.
     """
-    before = _running_serving(cfg or LabConfig(), node, container)
+    before = _running_serving(cfg or current(), node, container)
     pid = before["pid"]
     cmdline = _docker.node_exec(
         node, "sh", "-c", f"tr '\\0' ' ' < /proc/{pid}/cmdline", check=False, timeout=30
