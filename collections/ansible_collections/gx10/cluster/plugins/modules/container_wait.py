@@ -216,10 +216,9 @@ def wait(params: dict[str, Any], clock: Any = time) -> dict[str, Any]:
                 "phase": phase,
                 "phase_seconds": round(now - since, 1) if since is not None else None,
             }
-            stuck = overdue(phase, since, now, limits)
-            if stuck:
-                name = params.get("phase_timeouts_name") or "phase_timeouts"
-                return done(False, f"{stuck}: {name}.{phase}", lines)
+        # Ready first: a rank that serves is done whatever its log's last phase marker says. A
+        # head serving for longer than the api phase's limit (a re-apply that restarts nothing)
+        # last logged "Starting vLLM API server" long ago; judged overdue first, it would fail.
         log_ok = pattern is None or any(pattern.search(line) for line in plain)
         urls = params.get("url") or []
         pending = [
@@ -228,6 +227,11 @@ def wait(params: dict[str, Any], clock: Any = time) -> dict[str, Any]:
         url_ok = not pending
         if log_ok and url_ok:
             return done(True, "ready", lines)
+        if phases:
+            stuck = overdue(outcome["phase"], since, now, limits)
+            if stuck:
+                name = params.get("phase_timeouts_name") or "phase_timeouts"
+                return done(False, f"{stuck}: {name}.{outcome['phase']}", lines)
         if elapsed >= params["timeout"]:
             waiting = []
             if not log_ok:

@@ -208,6 +208,20 @@ def test_the_phase_is_timed_from_its_log_stamp_not_from_the_wait(node: dict[str,
     assert got["elapsed"] == 0
 
 
+def test_a_head_serving_longer_than_the_api_limit_is_ready(node: dict[str, Any]) -> None:
+    """A re-apply that restarts nothing: the head logged "Starting vLLM API server" an hour ago
+    (its last phase marker) and serves; ready, not "stuck in phase api"."""
+    node["log"] = BOOT
+    node["http"] = {2180: 200}
+    node["clock"].now = 2180.0 + 3600
+    got = container_wait.wait(
+        _params(url=["http://h/health"], timeout=60, phase_timeouts=LIMITS), node["clock"]
+    )
+    assert got["ready"], got["reason"]
+    assert got["phase"] == "api"
+    assert got["elapsed"] == 0
+
+
 def test_phases_only_move_forward() -> None:
     from ansible_collections.gx10.cluster.plugins.module_utils import (  # noqa: PLC0415
         boot_phases,
