@@ -8,8 +8,12 @@ it after every two-node file, so a full run reshapes the lab once.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from labtools import ROOT, node_sh
@@ -110,6 +114,24 @@ def test_a_dead_rank_restarts_all_four_workers_first(converged: ProvisionResult)
     assert all(after[n] and after[n]["id"] != before[n]["id"] for n in CFG4.nodes), after
     # Ranks 1..3 were up before the head started (StartedAt is RFC 3339 UTC: it sorts as text).
     assert all(after[w]["started"] < after[HEAD]["started"] for w in WORKERS), after
+
+
+def test_bench_telemetry_comes_from_every_node(converged: ProvisionResult, tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    run = subprocess.run(
+        [
+            sys.executable, "-m", "gx10", "bench", "-i", str(LAB4), "--out", str(out),
+            "--prompt-lengths", "256", "--max-tokens", "96", "--ignore-eos", "--concurrency", "2",
+            "--cool-down-timeout", "120",
+        ],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (case,) = json.loads((out / "results.json").read_text())["cases"].values()
+    assert case["status"] == "ok", case
+    assert set(case["telemetry"]["nodes"]) == set(CFG4.nodes)
+    for node in CFG4.nodes:
+        assert case["telemetry"]["nodes"][node]["power_w"]["mean"] > 0, node
 
 
 @pytest.fixture

@@ -246,6 +246,8 @@ def test_lab_heat_writes_the_simulator_state_files(
 
     monkeypatch.setattr(manager, "_state", lambda name: "running")
     monkeypatch.setattr(manager._docker, "node_exec", node_exec)
+    # The two-node lab, whatever this machine runs (current() would ask its docker).
+    monkeypatch.setattr(manager, "current", gx10.lab.LabConfig)
     logs: list[str] = []
     assert manager.heat("gx10-b", 25.0, 10.0, log=logs.append) == {
         "ambient_offset_c": 25.0,
