@@ -105,3 +105,56 @@ def test_doctor_measures_and_names_the_throttled_rail(throttled: str) -> None:
     assert [(f["code"], f["node"]) for f in bandwidth] == [("BANDWIDTH_DEGRADED", NODE)], bandwidth
     assert RAIL1 in bandwidth[0]["summary"]
     assert "AC power" in bandwidth[0]["fix"]
+
+
+# --- N nodes on a switch (issue 15): a sketch for a lab of four or more -------------------------
+# Not run yet: the lab has two nodes on veth cables. With a lab of four or more nodes on a
+# switch (gx10_topology: switch in its inventory), every node pair is measured; a throttle on one
+# node's rail1 egress slows each of its links on rail1 (iperf3 measures both directions), and
+# only those: the report's bad_links names exactly them.
+
+
+@pytest.fixture
+def switch_lab(lab_running: None) -> list[str]:
+    nodes = list(lab.LabConfig().nodes)
+    if len(nodes) < 4:
+        pytest.skip(f"needs a lab of four or more nodes on a switch, this one has {len(nodes)}")
+    return nodes
+
+
+def test_a_throttled_node_names_each_of_its_links_on_a_switch(switch_lab: list[str]) -> None:
+    nodes = switch_lab
+    reports: list[dict] = []
+
+    def keep(event: dict) -> None:
+        res = (event.get("event_data") or {}).get("res") or {}
+        if event.get("event") == "runner_on_ok" and "gx10_fabric_bandwidth" in res:
+            reports.append(res["gx10_fabric_bandwidth"])
+
+    lab.throttle(NODE, RAIL1, "300mbit", log=print)
+    try:
+        result = provision(
+            LAB_INVENTORY,
+            "fabric.yml",
+            extravars={**BANDWIDTH, "fabric_bandwidth_budget_seconds": 0},
+            on_event=keep,
+        )
+    finally:
+        lab.throttle(NODE, RAIL1, None, log=print)
+    assert not result.ok
+    assert len(reports) == 1, reports
+    report = reports[0]
+    assert report["skipped_pairs"] == []
+    pairs = {(link["node"], link["peer"]) for link in report["links"]}
+    assert len(pairs) == len(nodes) * (len(nodes) - 1) // 2
+    bad = report["bad_links"]
+    assert len(bad) == len(nodes) - 1, bad
+    for line in bad:
+        where, measured = line.split(": ", 1)
+        rail, node, _, peer, _address = where.split()
+        assert rail == "rail1"
+        assert NODE in (node, peer), line
+        assert measured.endswith(f"< {report['min_rail_gbps']:g} Gb/s"), line
+    text = _messages(result)
+    assert f"{RAIL1} " in text
+    assert "rail0" not in text.replace("rail0 + rail1", "")

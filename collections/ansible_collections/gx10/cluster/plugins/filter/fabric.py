@@ -17,7 +17,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gx10.cluster.plugins.module_utils import fabric_rules
+from ansible_collections.gx10.cluster.plugins.module_utils import fabric_pairs, fabric_rules
 from ansible_collections.gx10.cluster.plugins.module_utils.fabric_parse import (
     FabricParseError,
     parse_ib_write_bw,
@@ -270,6 +270,153 @@ def fabric_bandwidth_checks(  # noqa: PLR0917 (Jinja passes filter arguments by 
     )
 
 
+# --- bandwidth over node pairs (module_utils/fabric_pairs.py) ------------------------------
+
+
+def _plan(plan: Any, name: str) -> tuple[str, list[str], dict[str, list[Any]]]:
+    """The head, the workers and each node's rails of ``gx10_plan``."""
+    plan = _mapping(plan, "gx10_plan", name)
+    try:
+        head = str(plan["head"])
+        workers = [str(w) for w in _list(plan["workers"], "workers", name)]
+        host_rails = {
+            node: _list(plan["hosts"][node]["rails"], "the rails", name)
+            for node in [head, *workers]
+        }
+    except KeyError as missing:
+        raise AnsibleFilterError(
+            f"gx10.cluster.{name}: gx10_plan has no {missing} (run playbooks/validate.yml)"
+        ) from None
+    return head, workers, host_rails
+
+
+def _measured(measurements: Any, head: str, name: str) -> list[Any]:
+    """The measurements, each naming its client (one without is the head's, as measured before
+    the runs were over node pairs)."""
+    found = _list(measurements, "the measurements", name)
+    return [m if "client" in m else {**m, "client": head} for m in found]
+
+
+def _pairs(schedule: Any, name: str) -> list[list[str]]:
+    return [
+        [str(node) for node in pair]
+        for pair in _list(_mapping(schedule, "the schedule", name).get("pairs"), "pairs", name)
+    ]
+
+
+def fabric_pair_schedule(
+    plan: Any,
+    budget_seconds: Any = 0,
+    seconds: Any = 5,
+    tool: str = "ib_write_bw",
+    iperf3_reverse: Any = True,
+) -> dict[str, Any]:
+    """gx10_plan | gx10.cluster.fabric_pair_schedule(budget, seconds, tool, reverse)."""
+    name = "fabric_pair_schedule"
+    head, workers, host_rails = _plan(plan, name)
+    max_rounds = fabric_pairs.rounds_within(
+        int(budget_seconds), int(seconds), len(host_rails[head]), str(tool), bool(iperf3_reverse)
+    )
+    return fabric_pairs.pair_schedule([head, *workers], max_rounds)
+
+
+def fabric_pair_runs(  # noqa: PLR0917 (Jinja passes filter arguments by position)
+    schedule: Any,
+    plan: Any,
+    hostvars: Any,
+    tool: str,
+    iperf3_reverse: Any = True,
+    port: Any = 18515,
+) -> list[dict[str, Any]]:
+    """schedule | gx10.cluster.fabric_pair_runs(gx10_plan, hostvars, tool, reverse, port)."""
+    name = "fabric_pair_runs"
+    _, _, host_rails = _plan(plan, name)
+    rounds = _list(_mapping(schedule, "the schedule", name).get("rounds"), "rounds", name)
+    return fabric_pairs.pair_runs(
+        rounds,
+        host_rails,
+        tool=str(tool),
+        iperf3_reverse=bool(iperf3_reverse),
+        port=int(port),
+        gid={
+            node: _list(_registered(hostvars, node, "__fabric_gid", "rails", []), "rails", name)
+            for node in host_rails
+        },
+    )
+
+
+def fabric_pair_merge_measurements(
+    measurements: Any, run: Any, done: Any, tool: str
+) -> list[dict[str, Any]]:
+    """measurements | gx10.cluster.fabric_pair_merge_measurements(run, done_results, tool)."""
+    name = "fabric_pair_merge_measurements"
+    clients = _list(done, "the clients' results", name)
+    parsed = [_parse(str(tool), client.get("stdout", "")) for client in clients]
+    the_run = _mapping(run, "the run", name)
+    new = fabric_pairs.pair_run_measurements(the_run, clients, parsed)
+    return fabric_pairs.merge_pair_measurements(
+        _list(measurements, "the measurements", name), the_run, new
+    )
+
+
+def fabric_pair_runs_without_result(runs: Any, measurements: Any) -> list[dict[str, Any]]:
+    """runs | gx10.cluster.fabric_pair_runs_without_result(measurements): repeated once."""
+    name = "fabric_pair_runs_without_result"
+    return fabric_pairs.pair_runs_without_result(
+        _list(runs, "the runs", name), _list(measurements, "the measurements", name)
+    )
+
+
+def fabric_pair_bandwidth(
+    measurements: Any, plan: Any, schedule: Any, min_rail_gbps: Any = PER_RAIL_MIN_GBPS
+) -> dict[str, Any]:
+    """measurements | gx10.cluster.fabric_pair_bandwidth(gx10_plan, schedule, min_rail_gbps):
+    {per_rail, total} of the head's pairs, and {links, bad_links} of every measured pair."""
+    name = "fabric_pair_bandwidth"
+    head, _, host_rails = _plan(plan, name)
+    found = _measured(measurements, head, name)
+    pairs = _pairs(schedule, name)
+    links = fabric_pairs.pair_links(found, pairs, host_rails, min_rail_gbps=min_rail_gbps)
+    return {
+        **fabric_pairs.fold_pairs(found, head, pairs, host_rails[head]),
+        "links": links,
+        "bad_links": fabric_pairs.bad_links(links),
+    }
+
+
+def fabric_pair_bandwidth_checks(  # noqa: PLR0917 (Jinja passes filter arguments by position)
+    measurements: Any,
+    plan: Any,
+    schedule: Any,
+    hostvars: Any,
+    tool: str,
+    min_rail_gbps: Any = PER_RAIL_MIN_GBPS,
+    min_total_gbps: Any = fabric_rules.MIN_TOTAL_GBPS,
+    degraded_band_gbps: Any = DEGRADED_BAND_GBPS,
+) -> list[dict[str, Any]]:
+    """measurements | gx10.cluster.fabric_pair_bandwidth_checks(gx10_plan, schedule, hostvars,
+    tool, min_rail, min_total, band): every measured pair's bandwidth checks."""
+    name = "fabric_pair_bandwidth_checks"
+    head, workers, host_rails = _plan(plan, name)
+    band = _list(degraded_band_gbps, "degraded_band_gbps", name)
+    if len(band) != 2:
+        raise AnsibleFilterError(f"gx10.cluster.{name}: degraded_band_gbps must be [low, high]")
+    return fabric_pairs.pair_bandwidth_checks(
+        head,
+        workers,
+        _pairs(schedule, name),
+        host_rails,
+        _measured(measurements, head, name),
+        tool=str(tool),
+        tool_rc={
+            node: _registered(hostvars, node, "__fabric_tool", "rc", None) for node in host_rails
+        },
+        min_rail_gbps=min_rail_gbps,
+        min_total_gbps=min_total_gbps,
+        degraded_band_gbps=band,
+    )
+
+
 class FilterModule:
     """gx10.cluster fabric bandwidth filters."""
 
@@ -286,4 +433,10 @@ class FilterModule:
             "fabric_not_checked": fabric_not_checked,
             "fabric_link_checks": fabric_link_checks,
             "fabric_bandwidth_checks": fabric_bandwidth_checks,
+            "fabric_pair_schedule": fabric_pair_schedule,
+            "fabric_pair_runs": fabric_pair_runs,
+            "fabric_pair_merge_measurements": fabric_pair_merge_measurements,
+            "fabric_pair_runs_without_result": fabric_pair_runs_without_result,
+            "fabric_pair_bandwidth": fabric_pair_bandwidth,
+            "fabric_pair_bandwidth_checks": fabric_pair_bandwidth_checks,
         }

@@ -34,6 +34,12 @@ def test_the_filters_are_registered() -> None:
         "fabric_not_checked",
         "fabric_link_checks",
         "fabric_bandwidth_checks",
+        "fabric_pair_schedule",
+        "fabric_pair_runs",
+        "fabric_pair_merge_measurements",
+        "fabric_pair_runs_without_result",
+        "fabric_pair_bandwidth",
+        "fabric_pair_bandwidth_checks",
     }
 
 

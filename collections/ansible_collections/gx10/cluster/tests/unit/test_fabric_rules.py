@@ -361,14 +361,43 @@ def test_the_filters_reject_what_is_not_a_list() -> None:
 # --- the role, through ansible-playbook -------------------------------------------------------
 
 
+def _sorted_runs(runs: list[dict[str, Any]]) -> list[str]:
+    return sorted(json.dumps(run, sort_keys=True) for run in runs)
+
+
+def _head_runs(runs: list[dict[str, Any]], head: str) -> list[str]:
+    """Runs over node pairs as the head -> worker runs of before: the head's pairs of each run,
+    without the pair runs' ``client``, ``round`` and ``ends``, with the run's ``worker``."""
+    found: list[dict[str, Any]] = []
+    for run in runs:
+        mine = [
+            {k: v for k, v in pair.items() if k != "client"}
+            for pair in run["pairs"]
+            if pair["client"] == head
+        ]
+        if mine:
+            rest = {k: v for k, v in run.items() if k not in {"round", "ends", "pairs"}}
+            found.append({**rest, "worker": mine[0]["worker"], "pairs": mine})
+    return _sorted_runs(found)
+
+
 def test_the_role_renders_what_the_jinja_did(tmp_path: Path) -> None:
     """The role's vars and set_fact expressions as checked out, rendered by ansible-playbook over
-    the recorded scenarios: the same outputs, plus the second worker's bandwidth checks."""
+    the recorded scenarios: the same outputs, plus the second worker's bandwidth checks (and,
+    with three nodes, the workers' pair); the runs and figures are over node pairs now, the
+    head's the same as before."""
     now = record("WORKTREE", tmp_path / "now.json")
     for host, scenario in SCENARIOS.items():
         for name, recorded in scenario["outputs"].items():
             got = now["scenarios"][host]["outputs"][name]
-            if host in FIRST_WORKER_ONLY and name == "__fabric_bandwidth_checks":
+            if name == "__fabric_runs":
+                # Runs over node pairs (fabric_pairs): the head's pairs are the runs of before.
+                assert _head_runs(got, host) == _sorted_runs(recorded), host
+            elif name == "__fabric_bandwidth":
+                assert got.pop("links", None) is not None, host
+                assert got.pop("bad_links", None) is not None, host
+                assert got == recorded, host
+            elif host in FIRST_WORKER_ONLY and name == "__fabric_bandwidth_checks":
                 assert got[: len(recorded)] == recorded
                 assert [c["name"] for c in got[len(recorded) :] if "<-> multi-c" in c["name"]]
             else:
