@@ -20,6 +20,7 @@ import pytest
 import yaml
 from test_serve_contract import _lab_checkpoint, _settings
 
+from gx10.lab.checkpoint import SHARD_BYTES, SHARDS
 from gx10.lab.simulators import vllm_sim
 from gx10.lab.simulators.vllm_sim import memory
 from gx10.lab.simulators.vllm_sim.model import ModelInfo, load_model
@@ -40,6 +41,8 @@ from ansible_collections.gx10.cluster.plugins.module_utils.vllm_args import (  #
 LAB = ROOT / "inventories/lab"
 LAB4 = ROOT / "inventories/lab4"
 CONTEXT = 1048576  # the profile's max_model_len, which the lab serves
+# The simulator's weights: the lab checkpoint's *.safetensors (the manifest adds the small files).
+SHARDS_BYTES = sum(SHARD_BYTES + 4096 * index for index in range(1, SHARDS + 1))
 GROUPS = {
     2: {"head": ["gx10-a"], "workers": ["gx10-b"]},
     4: {"head": ["gx10-a"], "workers": ["gx10-b", "gx10-c", "gx10-d"]},
@@ -122,6 +125,7 @@ def test_both_checks_start_the_lab_profile_on_the_lab_node(
     for rank in range(nodes):
         plan = sim_plan(lab_model, nodes, rank, node)
         assert (plan.max_model_len, plan.max_num_seqs, plan.utilization) == (CONTEXT, 6, 0.835)
+        assert plan.weights == SHARDS_BYTES // nodes  # tensor parallel over every node
         assert plan.node.total == int(node * memory.GIB)
         assert memory.free_memory_error(plan) is None
         assert memory.kv_cache_error(plan.available_kv, plan.kv, CONTEXT) is None
