@@ -94,15 +94,17 @@ def test_tensor_parallel_mismatch_is_refused_before_any_restart(served: Provisio
 def test_a_profile_that_does_not_fit_memory_is_refused_before_any_change(
     served: ProvisionResult,
 ) -> None:
-    """16M tokens of the lab's 1 kB KV per token is 16 GiB, beyond vLLM's share of a 12 GiB lab
-    node (0.835 x 12): the validate stage refuses it with the numbers, nothing on a node runs."""
+    """Twice the profile's context, 2M tokens of the lab checkpoint's 17,200 B of KV per token,
+    is 33.6 GiB, beyond vLLM's share of a 24 GiB lab node (0.835 x 24 = 20.0): the validate stage
+    refuses it with the numbers, nothing on a node runs."""
     before = {n: _container_id(n) for n in ("gx10-a", "gx10-b")}
-    result = _serve(vllm_serve_max_model_len=16 * 1048576)
+    result = _serve(vllm_serve_max_model_len=2 * 1048576)
     assert not result.ok
     message = _messages(result)
     assert "memory on host gx10-a: profile dspark-0731 v1 does not fit" in message, message
-    assert "KV 16.0 (16777216 tokens, vllm_serve_max_model_len (inventory)" in message
-    assert "> available 10.0 GiB" in message
+    assert "KV 33.6 (2097152 tokens, vllm_serve_max_model_len (inventory)" in message
+    assert "x 17200 B, vllm_serve_kv_bytes_per_token (inventory)" in message
+    assert "> available 20.0 GiB" in message
     assert "lower vllm_serve_max_model_len to at most" in message
     assert {t.host for t in result.failed_tasks} == {"localhost"}
     assert result.changed_total == 0
@@ -231,7 +233,8 @@ def test_a_hung_boot_phase_fails_at_its_own_limit_naming_it(served: ProvisionRes
 
 def test_a_context_the_nodes_cannot_hold_fails_with_vllms_message(served: ProvisionResult) -> None:
     """Nodes modelled with 16 GiB (the simulator's GX10_SIM_MEM_TOTAL_GIB, which the product's own
-    checks do not see): vLLM's share, 0.835 x 16 GiB, less the weights and the runtime leaves
+    checks do not see: they plan the inventory's 24 GiB and judge the host's MemTotal, and both
+    hold the profile): vLLM's share, 0.835 x 16 GiB, less the weights and the runtime leaves
     10.52 GiB of KV cache, and one request of the role's 1,048,576 tokens needs 16.8 GiB (the lab
     checkpoint's 43 layers x 400 B at nvfp4_ds_mla). The head's engine refuses after its profile
     run as vLLM does; the wait fails with vLLM's message from the head's log, the workers are
@@ -258,15 +261,15 @@ def test_a_context_the_nodes_cannot_hold_fails_with_vllms_message(served: Provis
 
 
 def test_a_node_without_vllms_share_free_refuses_to_start(served: ProvisionResult) -> None:
-    """Page cache or another process holds memory (GX10_SIM_MEM_AVAILABLE_GIB: 90 of 121.6 GiB
-    free; on GB10 vLLM reads MemAvailable): vLLM's share, 0.835 x 121.6 = 101.54 GiB, is not free,
-    so the rank refuses before loading its weights, with vLLM's message."""
-    result = _serve(vllm_serve_extra_env={**LAB_ENV, "GX10_SIM_MEM_AVAILABLE_GIB": "90"})
+    """Page cache or another process holds memory (GX10_SIM_MEM_AVAILABLE_GIB: 18 of the lab
+    node's 24 GiB free; on GB10 vLLM reads MemAvailable): vLLM's share, 0.835 x 24 = 20.04 GiB, is
+    not free, so the rank refuses before loading its weights, with vLLM's message."""
+    result = _serve(vllm_serve_extra_env={**LAB_ENV, "GX10_SIM_MEM_AVAILABLE_GIB": "18"})
     assert not result.ok
     message = _messages(result)
     assert (
-        "ValueError: Free memory on device (90.0/121.6 GiB) on startup is less than desired GPU "
-        "memory utilization (0.835, 101.54 GiB). Decrease GPU memory utilization or reduce GPU "
+        "ValueError: Free memory on device (18.0/24.0 GiB) on startup is less than desired GPU "
+        "memory utilization (0.835, 20.04 GiB). Decrease GPU memory utilization or reduce GPU "
         "memory used by other processes."
     ) in message, message
     assert "the workers were stopped too" in message

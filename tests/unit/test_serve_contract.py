@@ -233,10 +233,10 @@ def test_the_lab_serves_within_the_simulators_memory_model(rank: int, tmp_path: 
     model = load_model(str(_lab_checkpoint(tmp_path / "model")), True, None)
     max_len = args.max_model_len or model.max_position_embeddings
     plan = memory.plan_memory(args, env, model, max_len)
-    assert plan.node.total == int(121.6 * memory.GIB)
+    assert plan.node.total == int(lab["gx10_node_memory_gib"] * memory.GIB)  # 24 GiB
     assert memory.free_memory_error(plan) is None
     assert memory.kv_cache_error(plan.available_kv, plan.kv, max_len) is None
-    assert memory.max_concurrency(plan.num_blocks, plan.kv, max_len) > 5
+    assert memory.max_concurrency(plan.num_blocks, plan.kv, max_len) > 1
     small = vllm_sim.SimEnv.from_env(
         {**lab["vllm_serve_extra_env"], "GX10_SIM_MEM_TOTAL_GIB": "16"}
     )

@@ -85,7 +85,8 @@ Environment (sim-only knobs are GX10_SIM_*; the others are read as the real stac
                                on by default as in vLLM V1, in blocks of --block-size, default 16)
   GX10_SIM_MEM_TOTAL_GIB       the node's memory in GiB, as the GPU sees it (default: the node's
                                /proc/meminfo MemTotal). A GB10 shows about 121.6 GiB of its 128 GB
-                               (FIELD_NOTES section 1); the lab inventory sets that
+                               (FIELD_NOTES section 1); the lab inventory sets 24, the node its
+                               gx10_node_memory_gib plans (the lab profile starts from 23.6)
   GX10_SIM_MEM_AVAILABLE_GIB   memory free when the engine starts, in GiB: vLLM refuses to start
                                unless gpu_memory_utilization x total is free (default: MemAvailable,
                                or the total when GX10_SIM_MEM_TOTAL_GIB is set: an idle node)
