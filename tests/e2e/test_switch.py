@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from labtools import ROOT, node_sh
@@ -155,3 +156,41 @@ def test_a_bad_switch_port_is_named_by_the_fabric_check(narrow_port: str) -> Non
     assert any("ping gx10-c -> gx10-d 192.168.101.13" in line for line in pings), text
     assert "rail0" not in text, text
     assert not any("gx10-b -> gx10-d" in line for line in pings), text
+
+
+def test_a_throttled_node_is_named_on_each_of_its_links(converged: ProvisionResult) -> None:
+    """Bandwidth over every node pair (three rounds of two disjoint pairs): gx10-b's rail1
+    egress shaped to 300 mbit slows each of its three rail1 links, and only those."""
+    reports: list[dict[str, Any]] = []
+
+    def keep(event: dict[str, Any]) -> None:
+        res = (event.get("event_data") or {}).get("res") or {}
+        if event.get("event") == "runner_on_ok" and "gx10_fabric_bandwidth" in res:
+            reports.append(res["gx10_fabric_bandwidth"])
+
+    node = "gx10-b"
+    lab.throttle(node, RAIL1.netdev, "300mbit", cfg=CFG4, log=print)
+    try:
+        result = provision(
+            LAB4,
+            "fabric.yml",
+            extravars={"fabric_bandwidth": True, "fabric_bandwidth_budget_seconds": 0},
+            on_event=keep,
+        )
+    finally:
+        lab.throttle(node, RAIL1.netdev, None, cfg=CFG4, log=print)
+    assert not result.ok
+    assert len(reports) == 1, reports
+    report = reports[0]
+    assert report["skipped_pairs"] == []
+    assert len({(link["node"], link["peer"]) for link in report["links"]}) == 6
+    bad = report["bad_links"]
+    assert len(bad) == 3, bad
+    for line in bad:
+        where, measured = line.split(": ", 1)
+        rail, a, _, b, _address = where.split()
+        assert rail == "rail1", line
+        assert node in (a, b), line
+        assert measured.endswith(f"< {report['min_rail_gbps']:g} Gb/s"), line
+    text = _messages(result)
+    assert "rail0" not in text.replace("rail0 + rail1", ""), text
