@@ -7,8 +7,11 @@ the same handler with single-range GET/HEAD added; it never writes and refuses o
 It never serves a `<file>.partial` (404): that is a file still being fetched, unverified; a
 fetched file gets its own name only once its hash matched (gx10.cluster.model_fetch), so a node
 relaying the checkpoint serves verified files only.
-A 404 for a file whose `.partial` exists carries `X-Gx10-Partial-Bytes: N` (its length, not
-its bytes): a node downstream in the sync chain waits for the file while that number grows.
+A 404 for a missing file says whether a fetch into the directory is running
+(`X-Gx10-Fetching: 1` or `0`, from model_fetch's lock on `.gx10-fetching`) and, if the file's
+`.partial` exists, `X-Gx10-Partial-Bytes: N` (its length, not its bytes): a node downstream in
+the sync chain waits for the file while that number grows, and stops waiting once the fetch
+ended without it.
 It counts the body bytes it sent; with `--state FILE` it writes the totals there (JSON, replaced
 atomically after each answer), which the model_sync role reads when it stops the server: what
 each node of the chain sent to its successor.
@@ -21,6 +24,7 @@ head, and each worker with a successor) and in the lab's NAS stand-in.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import re
@@ -35,6 +39,24 @@ _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 # What gx10.cluster.model_fetch writes before a file is verified (model_files.PARTIAL_SUFFIX).
 PARTIAL_SUFFIX = ".partial"
 PARTIAL_HEADER = "X-Gx10-Partial-Bytes"
+FETCHING_HEADER = "X-Gx10-Fetching"
+# model_fetch holds this file under an exclusive flock while it fetches (model_files.FETCHING_NAME).
+FETCHING_NAME = ".gx10-fetching"
+
+
+def fetching(directory: str) -> bool:
+    """Is a model_fetch fetching into `directory` now (its lock file held)?"""
+    try:
+        fd = os.open(os.path.join(directory, FETCHING_NAME), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # also releases a lock it took
+    return False
 
 
 class Served:
@@ -85,11 +107,13 @@ class RangeHandler(SimpleHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     _range: tuple[int, int] | None = None
     _partial_bytes: int | None = None
+    _fetching: bool | None = None
     served: Served | None = None
 
     def send_head(self) -> Any:
         self._range = None
         self._partial_bytes = None
+        self._fetching = None
         path = self.translate_path(self.path)
         if path.endswith(PARTIAL_SUFFIX):
             self.send_error(HTTPStatus.NOT_FOUND, "Not served: a file still being fetched")
@@ -99,6 +123,7 @@ class RangeHandler(SimpleHTTPRequestHandler):
                 self._partial_bytes = os.stat(path + PARTIAL_SUFFIX).st_size
             except OSError:
                 self._partial_bytes = None
+            self._fetching = fetching(self.directory)
         header = self.headers.get("Range")
         if header is None or os.path.isdir(path):
             return super().send_head()
@@ -159,6 +184,9 @@ class RangeHandler(SimpleHTTPRequestHandler):
         if self._partial_bytes is not None:
             self.send_header(PARTIAL_HEADER, str(self._partial_bytes))
             self._partial_bytes = None
+        if self._fetching is not None:
+            self.send_header(FETCHING_HEADER, "1" if self._fetching else "0")
+            self._fetching = None
         super().end_headers()
 
     def list_directory(self, path: Any) -> Any:

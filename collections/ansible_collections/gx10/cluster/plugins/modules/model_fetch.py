@@ -229,6 +229,7 @@ extras:
 """
 
 import errno
+import fcntl
 import http.client
 import os
 import time
@@ -249,6 +250,7 @@ from ansible_collections.gx10.cluster.plugins.module_utils.model_errors import (
 )
 from ansible_collections.gx10.cluster.plugins.module_utils.model_files import (
     CACHE_NAME,
+    FETCHING_NAME,
     Expected,
     Receiver,
     Verification,
@@ -284,7 +286,9 @@ class HTTPStatusError(Exception):
         reason: str,
         hub_message: str,
         elsewhere: str,
+        *,
         partial_bytes: int | None = None,
+        fetching: bool | None = None,
     ) -> None:
         super().__init__(f"HTTP {code} {reason}")
         self.code = code
@@ -293,10 +297,14 @@ class HTTPStatusError(Exception):
         self.elsewhere = elsewhere
         self.partial_bytes = partial_bytes
         """A peer server's X-Gx10-Partial-Bytes: how much of the file it holds unverified."""
+        self.fetching = fetching
+        """A peer server's X-Gx10-Fetching: its node is fetching now (None: not said)."""
 
 
-# gx10_serve_dir.py's header on a 404 for a file it is still receiving.
+# gx10_serve_dir.py's headers on a 404: how much of the file it holds unverified, and whether
+# its node is fetching now.
 PARTIAL_HEADER = "X-Gx10-Partial-Bytes"
+FETCHING_HEADER = "X-Gx10-Fetching"
 RELAY_POLL_SECONDS = 1.0
 
 
@@ -306,7 +314,9 @@ class Relay:
 
     The bound is on time without progress: the clock restarts whenever the upstream node's
     `.partial` of the file has grown (its 404 says how long it is), so a slow but moving
-    upstream fetch is waited for, a stopped one (failed, killed) fails after `wait` seconds."""
+    upstream fetch is waited for, a stalled one fails after `wait` seconds. An upstream fetch
+    that was seen running and has ended without the file (its 404 says it is not fetching any
+    more: it failed) fails the wait at once."""
 
     wait: float
     upstream: str
@@ -319,10 +329,21 @@ class Relay:
     _path: str = ""
     _since: float = 0.0
     _partial: int | None = None
+    _seen_fetching: bool = False
 
-    def not_yet(self, path: str, partial_bytes: int | None) -> None:
+    def not_yet(self, path: str, partial_bytes: int | None, fetching: bool | None = None) -> None:
         """The upstream node answered 404 for `path`: sleep and return to ask again, or raise
-        FetchError (no retry) once `wait` seconds passed without progress."""
+        FetchError (no retry) once `wait` seconds passed without progress, or at once if the
+        upstream fetch was seen running and has ended."""
+        if fetching:
+            self._seen_fetching = True
+        elif fetching is False and self._seen_fetching:
+            raise FetchError(
+                f"{self.upstream} ({self.url}) ended its fetch without it (its own fetch failed: "
+                f"see {self.upstream}'s error)",
+                retry=False,
+                abort=True,
+            )
         now = self.clock()
         if path != self._path:
             self._path, self._since, self._partial = path, now, partial_bytes
@@ -450,8 +471,15 @@ def download(
         hub_message = " ".join(str(exc.headers.get("X-Error-Message") or "").split())[:300]
         held = str(exc.headers.get(PARTIAL_HEADER) or "")
         partial_bytes = int(held) if held.isdigit() else None
+        said = exc.headers.get(FETCHING_HEADER)
+        fetching = None if said not in ("0", "1") else said == "1"
         raise HTTPStatusError(
-            exc.code, str(exc.reason), hub_message, elsewhere, partial_bytes
+            exc.code,
+            str(exc.reason),
+            hub_message,
+            elsewhere,
+            partial_bytes=partial_bytes,
+            fetching=fetching,
         ) from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         # HTTPException: a connection that broke mid-answer (a bad status line, a short read).
@@ -505,7 +533,7 @@ def pull(
             download(source.url_for(entry.path), sink, timeout, tally, source.headers())
         except HTTPStatusError as exc:
             if relay is not None and exc.code == 404:
-                relay.not_yet(entry.path, exc.partial_bytes)
+                relay.not_yet(entry.path, exc.partial_bytes, exc.fetching)
                 continue
             msg, retry = source.http_error(
                 entry.path, exc.code, exc.reason, exc.hub_message, exc.elsewhere
@@ -701,7 +729,48 @@ def relay_for(params: dict[str, Any], source: Source) -> Relay | None:
     )
 
 
+class FetchingLock:
+    """An exclusive flock on `dest`/.gx10-fetching while this module may fetch into `dest`: the
+    peer server tells a node downstream in the sync chain that this node is still fetching (a
+    file it has not verified yet may come) or has ended (it will not)."""
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+
+    def take(self, dest: Path) -> None:
+        """Take it if `dest` exists (never creates it) and no other fetch holds it."""
+        if self.fd is not None or not dest.is_absolute() or not dest.is_dir():
+            return
+        try:
+            fd = os.open(dest / FETCHING_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 def run(module: AnsibleModule) -> dict[str, Any]:
+    """fetch(), which takes the directory's fetching lock once it starts writing files, and
+    releases it at its end, failed or not. (Not earlier: a fetch that fails its checks leaves
+    the directory untouched. A node downstream waits, bounded, for an upstream node that has not
+    taken it yet.)"""
+    lock = FetchingLock()
+    try:
+        return fetch(module, lock)
+    finally:
+        lock.release()
+
+
+def fetch(module: AnsibleModule, lock: FetchingLock) -> dict[str, Any]:
     started = time.monotonic()
     params = module.params
     dest, expected, source = check_inputs(module)
@@ -756,6 +825,7 @@ def run(module: AnsibleModule) -> dict[str, Any]:
         result.update(changed=True, seconds=round(time.monotonic() - started, 3))
         return result
     check_writable(module, dest, todo, result)
+    lock.take(dest)
     fetched: list[str] = []
     errors: list[str] = []
     tally = Tally()

@@ -151,7 +151,34 @@ def test_a_file_being_received_is_a_404_that_says_how_far_it_got(tmp_path: Path)
         _get(url + "model-00002.safetensors")
     assert refused.value.code == 404
     assert refused.value.headers["X-Gx10-Partial-Bytes"] == "300002"
+    assert refused.value.headers["X-Gx10-Fetching"] == "0"  # no model_fetch holds the lock
     assert server.served.bytes_sent == 0
+
+
+def test_a_404_says_whether_the_node_is_fetching_now(tmp_path: Path) -> None:
+    root = _checkpoint(tmp_path / "node")
+    lock, other = model_fetch.FetchingLock(), model_fetch.FetchingLock()
+    lock.take(root)
+    assert lock.fd is not None
+    try:
+        with _peer(root) as (_, url), pytest.raises(urllib.error.HTTPError) as refused:
+            _get(url + "model-00009.safetensors")
+        assert refused.value.headers["X-Gx10-Fetching"] == "1"
+        assert "X-Gx10-Partial-Bytes" not in refused.value.headers
+        other.take(root)
+        assert other.fd is None  # one fetch per directory holds it
+    finally:
+        lock.release()
+    other.take(tmp_path / "absent")
+    assert other.fd is None
+    assert not (tmp_path / "absent").exists()  # never created
+    # The lock file is no model file: never reported as an extra.
+    assert (root / ".gx10-fetching").exists()
+    assert _run(root, _files_without_lock(root), None)["extras"] == []
+
+
+def _files_without_lock(root: Path) -> list[dict[str, Any]]:
+    return [f for f in _files(root) if f["path"] != ".gx10-fetching"]
 
 
 # --- waiting for the upstream node -------------------------------------------------------------
@@ -207,6 +234,18 @@ def test_a_growing_partial_upstream_restarts_the_clock() -> None:
     assert relay.waited == 23
 
 
+def test_an_upstream_fetch_that_ended_without_the_file_fails_the_wait_at_once() -> None:
+    clock = FakeClock()
+    relay = model_fetch.Relay(
+        wait=600, upstream="gx10-b", url="http://x/", clock=clock, sleep=clock.sleep, poll=1
+    )
+    relay.not_yet("shard", None, False)  # not started yet (or not said): wait
+    relay.not_yet("shard", 100, True)  # fetching
+    with pytest.raises(model_fetch.FetchError, match=r"gx10-b .* ended its fetch without it"):
+        relay.not_yet("shard", 100, False)  # its fetch ended: the file will not come
+    assert clock.now == 2
+
+
 def _relay_params(wait: int) -> dict[str, Any]:
     return {"relay_wait": wait, "relay_from": "gx10-b", "attempts": 2, "timeout": 5}
 
@@ -218,17 +257,26 @@ def test_a_file_verified_upstream_later_is_waited_for_then_fetched(
     upstream = _checkpoint(tmp_path / "upstream")
     files = _files(upstream)
     late = upstream / "model-00002.safetensors"
-    late.rename(late.with_name(late.name + ".partial"))  # being received upstream
-    timer = threading.Timer(0.5, lambda: late.with_name(late.name + ".partial").rename(late))
+    held = late.with_name(late.name + ".partial")
+    late.rename(held)  # being received upstream
+    # It is verified upstream 0.3 s after the first time it is asked for.
+    timer = threading.Timer(0.3, lambda: held.rename(late))
+    not_yet = model_fetch.Relay.not_yet
+
+    def first_404_starts_the_timer(self: Any, *args: Any) -> None:
+        if not timer.is_alive() and held.exists():
+            timer.start()
+        not_yet(self, *args)
+
+    monkeypatch.setattr(model_fetch.Relay, "not_yet", first_404_starts_the_timer)
     with _peer(upstream) as (_, url):
-        timer.start()
         try:
             result = _run(tmp_path / "here", files, url, **_relay_params(30))
         finally:
             timer.cancel()
     assert result["ok"]
     assert result["files_fetched"] == 3
-    assert result["relay_waited"] >= 0.3
+    assert result["relay_waited"] >= 0.25
     assert (tmp_path / "here" / "model-00002.safetensors").read_bytes() == late.read_bytes()
 
 
