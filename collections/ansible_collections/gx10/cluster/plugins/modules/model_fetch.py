@@ -103,7 +103,11 @@ options:
         then. With I(relay_wait) > 0 a 404 means "not yet"; the file is asked for again every
         second, for up to I(relay_wait) seconds without progress (the upstream node's
         C(.partial) of the file growing, as its 404 says in C(X-Gx10-Partial-Bytes)), then the
-        fetch fails naming I(relay_from), the file and C(gx10_model_relay_wait).
+        fetch fails naming I(relay_from), the file and C(gx10_model_relay_wait). If the
+        upstream node was seen fetching (its 404 says C(X-Gx10-Fetching 1); a fetch holds
+        C(.gx10-fetching) in its directory under an exclusive flock while it writes files) and
+        then says it is not any more, its fetch ended without the file and the wait fails at
+        once.
       - 0 (the default) keeps a 404 final, as for any other source.
     type: int
     default: 0
