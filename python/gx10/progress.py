@@ -383,6 +383,23 @@ def print_sync_report(console: Console, result: SyncResult) -> None:
                 ),
                 soft_wrap=True,
             )
+    for served in result.served:
+        console.print(
+            Text(
+                f"  {served.node}{' (head)' if served.head else ''} sent {served.bytes_sent} bytes "
+                f"({decimal(served.bytes_sent)}) to {served.to or 'its successor'} = "
+                f"{served.ratio:.2f} x the checkpoint",
+                style="dim",
+            ),
+            soft_wrap=True,
+        )
+    head = result.head_served
+    if head is not None:
+        console.print(
+            f"head sent {head.bytes_sent} bytes = {head.ratio:.2f} x checkpoint "
+            f"(the chain: each node sends the checkpoint at most once, to the next)",
+            soft_wrap=True,
+        )
     fetched = sum(n.bytes_fetched for n in result.nodes)
     read_back = sum(n.bytes_read_back for n in result.nodes)
     if result.ok:

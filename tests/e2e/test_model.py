@@ -31,6 +31,8 @@ SHARD_SHA256 = next(f["sha256"] for f in MANIFEST["files"] if f["path"] == SHARD
 SHARD_SIZE = next(f["size"] for f in MANIFEST["files"] if f["path"] == SHARD)
 FETCH_TASK = "Fetch what is missing or bad, verified before it gets its name"
 NEED_TASK = "Find what this worker lacks, and check its free disk"
+SERVED_TASK = "Publish the bytes sent as model_sync_served"
+HEAD = "gx10-a"
 
 
 def _model(**extravars: object) -> ProvisionResult:
@@ -45,6 +47,19 @@ def _results(run: ProvisionResult, task: str) -> dict[str, dict[str, Any]]:
         data = event.get("event_data", {})
         if event.get("event") in ("runner_on_ok", "runner_on_failed") and data.get("task") == task:
             found[data["host"]] = data["res"]
+    return found
+
+
+def _served(run: ProvisionResult) -> dict[str, dict[str, Any]]:
+    """node -> its peer server's `model_sync_served` in this run (the task runs delegated to the
+    node from a worker, so the fact names the node)."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted((run.artifact_dir / "job_events").glob("*.json")):
+        event = json.loads(path.read_text())
+        data = event.get("event_data", {})
+        if event.get("event") == "runner_on_ok" and data.get("task") == SERVED_TASK:
+            fact = data["res"]["ansible_facts"]["model_sync_served"]
+            found[fact["node"]] = fact
     return found
 
 
@@ -347,3 +362,37 @@ def test_a_directory_source_on_the_head(synced: ProvisionResult) -> None:
         assert missing.ok  # nothing is missing on the head now: the source is not read
     finally:
         node_sh("gx10-a", f"rm -rf {nas}")
+
+
+def test_the_workers_copy_down_the_chain_and_the_head_sends_the_checkpoint_once(
+    synced: ProvisionResult,
+) -> None:
+    """Any lab size: head -> worker 1 -> ... in rank order, each node sending the checkpoint once
+    to the next (two nodes: the worker fetches from the head, as before)."""
+    workers = sorted(n for n in _results(synced, FETCH_TASK) if n != HEAD)
+    for node in workers:
+        node_sh(node, f"rm -rf {MODEL_DIR}")
+    run = _model()
+    assert run.ok, run.failed_tasks
+    served = _served(run)
+    chain = [HEAD]
+    while chain[-1] in served and len(chain) <= len(workers):
+        chain.append(served[chain[-1]]["to"])
+    assert sorted(chain[1:]) == workers, (chain, served)  # every worker once, the last serves none
+    assert set(served) == set(chain[:-1])
+    for node in chain[:-1]:
+        assert served[node]["bytes_sent"] == TOTAL, (node, served[node])
+    assert served[HEAD]["head"] is True
+    fetch = _results(run, FETCH_TASK)
+    assert fetch[HEAD]["bytes_from_source"] == 0  # the head kept its copy: the source is not read
+    for node in workers:
+        assert fetch[node]["bytes_from_source"] == TOTAL
+        assert fetch[node]["bytes_received"] == fetch[node]["bytes_hashed_receiving"] == TOTAL
+        assert fetch[node]["bytes_read_back"] == 0
+    for node in chain[:-1]:
+        peer = node_sh(node, "systemctl is-active gx10-model-peer.service", check=False)
+        assert peer.strip() in ("inactive", "unknown")
+    print(
+        f"\nhead sent {served[HEAD]['bytes_sent']} bytes = "
+        f"{served[HEAD]['bytes_sent'] / TOTAL:.2f} x checkpoint for {len(chain)} nodes"
+    )

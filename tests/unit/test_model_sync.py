@@ -477,3 +477,69 @@ def test_a_fetch_that_read_nothing_back_shows_zero_beside_what_it_received() -> 
     assert (node.bytes_received, node.bytes_hashed_receiving) == (TOTAL, TOTAL)
     assert node.bytes_read_back == 0
     assert node.to_dict()["bytes_read_back"] == 0
+
+
+def _served(node: str, to: str, sent: int, *, head: bool, host: str = "gx10-b") -> dict[str, Any]:
+    """peer_stop.yml's set_fact of `model_sync_served`, delegated to `node` from a worker's task
+    (the event's host is the worker that ran it)."""
+    fact = {
+        "schema": 1,
+        "node": node,
+        "head": head,
+        "to": to,
+        "bytes_sent": sent,
+        "files_sent": 74,
+        "bytes_total": TOTAL,
+    }
+    return {
+        "event": "runner_on_ok",
+        "event_data": {
+            "host": host,
+            "task": "Publish the bytes sent as model_sync_served",
+            "task_path": "/srv/gx10/roles/model_sync/tasks/peer_stop.yml:22",
+            "resolved_action": "ansible.builtin.set_fact",
+            "res": {"ansible_facts": {"model_sync_served": fact}, "changed": False},
+        },
+    }
+
+
+def test_what_each_node_sent_down_the_chain_is_reported(fake: FakeProvision) -> None:
+    fake.events = [
+        *FIRST_SYNC,
+        _served("gx10-a", "gx10-b", TOTAL, head=True),
+        _served("gx10-b", "gx10-c", TOTAL // 2, head=False),
+        {**_served("gx10-x", "gx10-y", 5, head=False), "event": "runner_on_failed"},
+        _served("gx10-z", "", 5, head=False) | {"event_data": {"res": {"ansible_facts": {}}}},
+    ]
+    run = invoke(["model", "sync", "-i", "inv", "--json"])
+    assert run.code == 0, run.stderr
+    sent = json.loads(run.stdout)["sent"]
+    assert sent == {
+        "gx10-a": {
+            "head": True,
+            "to": "gx10-b",
+            "bytes_sent": TOTAL,
+            "files_sent": 74,
+            "bytes_total": TOTAL,
+            "ratio": 1.0,
+        },
+        "gx10-b": {
+            "head": False,
+            "to": "gx10-c",
+            "bytes_sent": TOTAL // 2,
+            "files_sent": 74,
+            "bytes_total": TOTAL,
+            "ratio": 0.5,
+        },
+    }
+    assert f"head sent {TOTAL} bytes = 1.00 x checkpoint" in run.stderr
+    assert "gx10-b sent 83450000000 bytes (83.5 GB) to gx10-c = 0.50 x the checkpoint" in run.stderr
+
+
+def test_another_schema_of_the_served_fact_is_not_read() -> None:
+    event = _served("gx10-a", "gx10-b", TOTAL, head=True)
+    event["event_data"]["res"]["ansible_facts"]["model_sync_served"]["schema"] = 2
+    assert sync_module.read_served(event) is None
+    reader = sync_module.SyncEvents()
+    reader(event)
+    assert reader.result(_run()).head_served is None

@@ -8,6 +8,12 @@ figures come from the role's declared result (roles/model_sync/README.md): after
 check-mode probe, `fetch` the fetch, `verify` each node verifying its own copy once every fetch is
 done. This module reads that fact from the set_fact events, never task names or files.
 
+The nodes that served a worker (the sync is a chain: head -> worker 1 -> worker 2 -> ..., each
+worker fetching from the node before it) publish `model_sync_served` when their peer server
+stops: `{schema: 1, node, head: bool, to, bytes_sent, files_sent, bytes_total}`, the server's own
+count of the body bytes it sent. The report shows what the head sent against the checkpoint: about
+1 x whatever the node count (a star would be N-1 x).
+
 A node counts as verified only if its `verify` pass returned ok: a playbook that ends early, a
 limit that skips the step, or events this code cannot read (another schema) all leave the node
 unverified, never wrongly verified.
@@ -27,6 +33,9 @@ CONTROLLER_HOSTS = frozenset({"localhost"})
 RESULT_FACT = "model_sync_result"
 """The fact the model_sync role publishes each pass under (its README declares it)."""
 RESULT_SCHEMA = 1
+SERVED_FACT = "model_sync_served"
+"""The fact a node publishes when its peer server stops: the bytes it sent down the chain."""
+SERVED_SCHEMA = 1
 
 Pass = Literal["need", "fetch", "verify"]
 _PASSES: tuple[Pass, ...] = ("need", "fetch", "verify")
@@ -100,10 +109,46 @@ class NodeSync:
 
 
 @dataclass(frozen=True, slots=True)
+class Served:
+    """What one node's peer server sent down the chain in this run."""
+
+    node: str
+    head: bool
+    to: str
+    """Its successor in the chain, the node that fetched from it."""
+    bytes_sent: int
+    files_sent: int
+    bytes_total: int
+    """The checkpoint's size."""
+
+    @property
+    def ratio(self) -> float:
+        """Bytes sent / the checkpoint: about 1 for a node whose successor fetched everything."""
+        return self.bytes_sent / self.bytes_total if self.bytes_total else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "head": self.head,
+            "to": self.to,
+            "bytes_sent": self.bytes_sent,
+            "files_sent": self.files_sent,
+            "bytes_total": self.bytes_total,
+            "ratio": round(self.ratio, 4),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class SyncResult:
     run: ProvisionResult
     nodes: tuple[NodeSync, ...]
     """Every node the run touched, sorted by name."""
+    served: tuple[Served, ...] = ()
+    """The nodes whose peer server ran (a worker fetched from them), sorted by name."""
+
+    @property
+    def head_served(self) -> Served | None:
+        """What the head sent, if its peer server ran."""
+        return next((s for s in self.served if s.head), None)
 
     @property
     def ok(self) -> bool:
@@ -119,6 +164,7 @@ class SyncResult:
             "ok": self.ok,
             "unverified": [n.node for n in self.unverified],
             "nodes": {n.node: n.to_dict() for n in self.nodes},
+            "sent": {s.node: s.to_dict() for s in self.served},
             "run": self.run.to_dict(),
         }
 
@@ -167,6 +213,7 @@ class SyncEvents:
     def __init__(self, on_event: EventHandler | None = None) -> None:
         self._on_event = on_event
         self._nodes: dict[str, _Node] = {}
+        self._served: dict[str, Served] = {}
 
     def __call__(self, event: dict[str, Any]) -> None:
         self._record(event)
@@ -174,6 +221,9 @@ class SyncEvents:
             self._on_event(event)
 
     def _record(self, event: Mapping[str, Any]) -> None:
+        served = read_served(event)
+        if served is not None:
+            self._served[served.node] = served
         published = read_result(event)
         if published is None:
             return
@@ -188,7 +238,8 @@ class SyncEvents:
         # role's tasks.
         hosts = {h for h in run.hosts if h not in CONTROLLER_HOSTS}
         names = sorted(hosts | set(self._nodes))
-        return SyncResult(run, tuple(self._node(name, run) for name in names))
+        served = tuple(self._served[name] for name in sorted(self._served))
+        return SyncResult(run, tuple(self._node(name, run) for name in names), served)
 
     def _node(self, name: str, run: ProvisionResult) -> NodeSync:
         node = self._nodes.get(name, _Node())
@@ -240,6 +291,30 @@ def read_result(event: Mapping[str, Any]) -> tuple[str, Pass, _Outcome] | None:
     failed = published.get("failed") is not False  # anything but a plain "no" counts as failed
     pass_name: Pass = kind
     return host, pass_name, _Outcome(failed=failed, res=result)
+
+
+def read_served(event: Mapping[str, Any]) -> Served | None:
+    """A node's `model_sync_served`, from the set_fact event that publishes it, if any. The node
+    is the fact's own `node`: the task runs delegated to it, from a worker's event."""
+    if event.get("event") != "runner_on_ok":
+        return None
+    data = event.get("event_data")
+    res = data.get("res") if isinstance(data, Mapping) else None
+    facts = res.get("ansible_facts") if isinstance(res, Mapping) else None
+    fact = facts.get(SERVED_FACT) if isinstance(facts, Mapping) else None
+    if not isinstance(fact, Mapping) or fact.get("schema") != SERVED_SCHEMA:
+        return None
+    node, to = fact.get("node"), fact.get("to")
+    if not isinstance(node, str) or not node:
+        return None
+    return Served(
+        node=node,
+        head=fact.get("head") is True,
+        to=to if isinstance(to, str) else "",
+        bytes_sent=_int(fact, "bytes_sent"),
+        files_sent=_int(fact, "files_sent"),
+        bytes_total=_int(fact, "bytes_total"),
+    )
 
 
 def _reason(name: str, node: _Node, run: ProvisionResult) -> str:

@@ -72,6 +72,9 @@ PROGRESS_INTERVAL_S = 0.1
 
 READ_SIZE = 1024 * 1024
 CACHE_NAME = ".gx10-verify-cache.json"
+FETCHING_NAME = ".gx10-fetching"
+"""Held under an exclusive flock by model_fetch while it fetches into the directory: the peer
+server tells a node downstream in the sync chain whether this node is still fetching."""
 CACHE_VERSION = 1
 LOCK_TIMEOUT_S = 60.0
 PARTIAL_SUFFIX = ".partial"
@@ -401,6 +404,7 @@ def is_ignored(relpath: str) -> bool:
         first == ".git"
         or relpath.startswith(".cache/huggingface/")
         or first.startswith(".gx10-verify-cache")
+        or relpath == FETCHING_NAME
     )
 
 

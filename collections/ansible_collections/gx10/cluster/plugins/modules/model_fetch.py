@@ -96,6 +96,25 @@ options:
     description: Tries per file (an interrupted download resumes where it stopped).
     type: int
     default: 3
+  relay_wait:
+    description:
+      - C(http) only. The source is a node upstream in the sync chain, fetching the same files in
+        the same order; it serves a file only once it verified it and answers HTTP 404 until
+        then. With I(relay_wait) > 0 a 404 means "not yet"; the file is asked for again every
+        second, for up to I(relay_wait) seconds without progress (the upstream node's
+        C(.partial) of the file growing, as its 404 says in C(X-Gx10-Partial-Bytes)), then the
+        fetch fails naming I(relay_from), the file and C(gx10_model_relay_wait). If the
+        upstream node was seen fetching (its 404 says C(X-Gx10-Fetching 1); a fetch holds
+        C(.gx10-fetching) in its directory under an exclusive flock while it writes files) and
+        then says it is not any more, its fetch ended without the file and the wait fails at
+        once.
+      - 0 (the default) keeps a 404 final, as for any other source.
+    type: int
+    default: 0
+  relay_from:
+    description: The upstream node's name, for the messages (with I(relay_wait)).
+    type: str
+    default: the upstream node
 author:
   - gx10 maintainers
 """
@@ -143,6 +162,10 @@ files_fetched:
   description: Files fetched and installed in this run.
   returned: always
   type: int
+relay_waited:
+  description: Seconds spent waiting for the upstream node to verify files (I(relay_wait)).
+  returned: always
+  type: float
 fetched:
   description: Paths fetched (or, in check mode, that would be fetched).
   returned: always
@@ -210,6 +233,7 @@ extras:
 """
 
 import errno
+import fcntl
 import http.client
 import os
 import time
@@ -230,6 +254,7 @@ from ansible_collections.gx10.cluster.plugins.module_utils.model_errors import (
 )
 from ansible_collections.gx10.cluster.plugins.module_utils.model_files import (
     CACHE_NAME,
+    FETCHING_NAME,
     Expected,
     Receiver,
     Verification,
@@ -259,12 +284,97 @@ class FetchError(Exception):
 
 
 class HTTPStatusError(Exception):
-    def __init__(self, code: int, reason: str, hub_message: str, elsewhere: str) -> None:
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        hub_message: str,
+        elsewhere: str,
+        *,
+        partial_bytes: int | None = None,
+        fetching: bool | None = None,
+    ) -> None:
         super().__init__(f"HTTP {code} {reason}")
         self.code = code
         self.reason = reason
         self.hub_message = hub_message
         self.elsewhere = elsewhere
+        self.partial_bytes = partial_bytes
+        """A peer server's X-Gx10-Partial-Bytes: how much of the file it holds unverified."""
+        self.fetching = fetching
+        """A peer server's X-Gx10-Fetching: its node is fetching now (None: not said)."""
+
+
+# gx10_serve_dir.py's headers on a 404: how much of the file it holds unverified, and whether
+# its node is fetching now.
+PARTIAL_HEADER = "X-Gx10-Partial-Bytes"
+FETCHING_HEADER = "X-Gx10-Fetching"
+RELAY_POLL_SECONDS = 1.0
+
+
+@dataclass
+class Relay:
+    """Waiting for a file the upstream node of the chain has not verified yet (HTTP 404).
+
+    The bound is on time without progress: the clock restarts whenever the upstream node's
+    `.partial` of the file has grown (its 404 says how long it is), so a slow but moving
+    upstream fetch is waited for, a stalled one fails after `wait` seconds. An upstream fetch
+    that was seen running and has ended without the file (its 404 says it is not fetching any
+    more: it failed) fails the wait at once."""
+
+    wait: float
+    upstream: str
+    url: str
+    clock: Any = time.monotonic
+    sleep: Any = time.sleep
+    poll: float = RELAY_POLL_SECONDS
+    waited: float = 0.0
+    """Seconds slept in all, over every file."""
+    _path: str = ""
+    _since: float = 0.0
+    _partial: int | None = None
+    _seen_fetching: bool = False
+
+    def not_yet(self, path: str, partial_bytes: int | None, fetching: bool | None = None) -> None:
+        """The upstream node answered 404 for `path`: sleep and return to ask again, or raise
+        FetchError (no retry) once `wait` seconds passed without progress, or at once if the
+        upstream fetch was seen running and has ended."""
+        if fetching:
+            self._seen_fetching = True
+        elif fetching is False and self._seen_fetching:
+            raise FetchError(
+                f"{self.upstream} ({self.url}) ended its fetch without it (its own fetch failed: "
+                f"see {self.upstream}'s error)",
+                retry=False,
+                abort=True,
+            )
+        now = self.clock()
+        if path != self._path:
+            self._path, self._since, self._partial = path, now, partial_bytes
+        elif partial_bytes is not None and partial_bytes != self._partial:
+            self._since, self._partial = now, partial_bytes
+        idle = now - self._since
+        if idle >= self.wait:
+            held = (
+                f"it holds {self._partial} bytes of it unverified"
+                if self._partial is not None
+                else "it has not started it"
+            )
+            raise FetchError(
+                f"{self.upstream} ({self.url}) has not verified it after {self.wait:g} s without "
+                f"progress ({held}): look at {self.upstream}'s own fetch (it failed, or stalled), "
+                "or raise gx10_model_relay_wait (model_sync_relay_wait) if it is just slow",
+                retry=False,
+                # Files come down the chain in manifest order: the next ones will not come either.
+                abort=True,
+            )
+        pause = min(self.poll, self.wait - idle)
+        self.sleep(pause)
+        self.waited += pause
+
+    def progress(self) -> None:
+        """A download got through: the next 404 starts a new wait."""
+        self._path = ""
 
 
 def nearest_existing(path: Path) -> Path:
@@ -363,7 +473,18 @@ def download(
         answered = exc.geturl() or url
         elsewhere = "" if _origin(answered) == _origin(url) else _origin(answered)[1]
         hub_message = " ".join(str(exc.headers.get("X-Error-Message") or "").split())[:300]
-        raise HTTPStatusError(exc.code, str(exc.reason), hub_message, elsewhere) from None
+        held = str(exc.headers.get(PARTIAL_HEADER) or "")
+        partial_bytes = int(held) if held.isdigit() else None
+        said = exc.headers.get(FETCHING_HEADER)
+        fetching = None if said not in ("0", "1") else said == "1"
+        raise HTTPStatusError(
+            exc.code,
+            str(exc.reason),
+            hub_message,
+            elsewhere,
+            partial_bytes=partial_bytes,
+            fetching=fetching,
+        ) from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         # HTTPException: a connection that broke mid-answer (a bad status line, a short read).
         reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
@@ -395,24 +516,47 @@ def copy_from(source_file: Path, sink: Receiver, tally: Tally) -> None:
         raise FetchError(f"{source_file}: {exc.strerror or exc}") from None
 
 
-def pull(source: Source, entry: Expected, sink: Receiver, timeout: int, tally: Tally) -> None:
-    """Bring `sink` up to `entry.size` bytes from the source.
+def pull(
+    source: Source,
+    entry: Expected,
+    sink: Receiver,
+    timeout: int,
+    tally: Tally,
+    *,
+    relay: Relay | None = None,
+) -> None:
+    """Bring `sink` up to `entry.size` bytes from the source. With `relay`, a 404 is a file the
+    upstream node has not verified yet: asked again until `relay` gives up.
 
     Raises FetchError with a message that does not name `entry.path` (fetch_one does)."""
     if source.type == "dir":
         copy_from(Path(source.path) / entry.path, sink, tally)
         return
-    try:
-        download(source.url_for(entry.path), sink, timeout, tally, source.headers())
-    except HTTPStatusError as exc:
-        msg, retry = source.http_error(
-            entry.path, exc.code, exc.reason, exc.hub_message, exc.elsewhere
-        )
-        raise FetchError(msg, retry=retry, abort=exc.code in (401, 403)) from None
+    while True:
+        try:
+            download(source.url_for(entry.path), sink, timeout, tally, source.headers())
+        except HTTPStatusError as exc:
+            if relay is not None and exc.code == 404:
+                relay.not_yet(entry.path, exc.partial_bytes, exc.fetching)
+                continue
+            msg, retry = source.http_error(
+                entry.path, exc.code, exc.reason, exc.hub_message, exc.elsewhere
+            )
+            raise FetchError(msg, retry=retry, abort=exc.code in (401, 403)) from None
+        if relay is not None:
+            relay.progress()
+        return
 
 
 def fetch_one(
-    entry: Expected, dest: Path, source: Source, *, timeout: int, attempts: int, tally: Tally
+    entry: Expected,
+    dest: Path,
+    source: Source,
+    *,
+    timeout: int,
+    attempts: int,
+    tally: Tally,
+    relay: Relay | None = None,
 ) -> list[str]:
     """Fetch and install one file, hashing it as it is received. Returns notes (the attempts
     that failed before one succeeded); `tally` counts the bytes of every attempt.
@@ -432,7 +576,7 @@ def fetch_one(
         try:
             with receiver:
                 receiver.open_to_resume()
-                pull(source, entry, receiver, timeout, tally)
+                pull(source, entry, receiver, timeout, tally, relay=relay)
                 receiver.install()
         except FetchError as exc:
             if not exc.retry:
@@ -577,7 +721,60 @@ def failures_text(failures: list[dict[str, Any]]) -> str:
     return ", ".join(f"{f['path']} ({f['message']})" for f in failures)
 
 
+def relay_for(params: dict[str, Any], source: Source) -> Relay | None:
+    """The wait for an upstream node of the chain, if `relay_wait` asks for one."""
+    if not params.get("relay_wait") or source.type != "http":
+        return None
+    return Relay(
+        wait=float(params["relay_wait"]),
+        upstream=params.get("relay_from") or "the upstream node",
+        url=source.base_url,
+        poll=RELAY_POLL_SECONDS,
+    )
+
+
+class FetchingLock:
+    """An exclusive flock on `dest`/.gx10-fetching while this module may fetch into `dest`: the
+    peer server tells a node downstream in the sync chain that this node is still fetching (a
+    file it has not verified yet may come) or has ended (it will not)."""
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+
+    def take(self, dest: Path) -> None:
+        """Take it if `dest` exists (never creates it) and no other fetch holds it."""
+        if self.fd is not None or not dest.is_absolute() or not dest.is_dir():
+            return
+        try:
+            fd = os.open(dest / FETCHING_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 def run(module: AnsibleModule) -> dict[str, Any]:
+    """fetch(), which takes the directory's fetching lock once it starts writing files, and
+    releases it at its end, failed or not. (Not earlier: a fetch that fails its checks leaves
+    the directory untouched. A node downstream waits, bounded, for an upstream node that has not
+    taken it yet.)"""
+    lock = FetchingLock()
+    try:
+        return fetch(module, lock)
+    finally:
+        lock.release()
+
+
+def fetch(module: AnsibleModule, lock: FetchingLock) -> dict[str, Any]:
     started = time.monotonic()
     params = module.params
     dest, expected, source = check_inputs(module)
@@ -609,6 +806,7 @@ def run(module: AnsibleModule) -> dict[str, Any]:
         "failures": failures,
         "extras": extras,
         "notes": list(before.notes),
+        "relay_waited": 0.0,
     }
     if not todo:
         result.update(
@@ -631,9 +829,11 @@ def run(module: AnsibleModule) -> dict[str, Any]:
         result.update(changed=True, seconds=round(time.monotonic() - started, 3))
         return result
     check_writable(module, dest, todo, result)
+    lock.take(dest)
     fetched: list[str] = []
     errors: list[str] = []
     tally = Tally()
+    relay = relay_for(params, source)
     for index, entry in enumerate(todo):
         try:
             notes = fetch_one(
@@ -643,6 +843,7 @@ def run(module: AnsibleModule) -> dict[str, Any]:
                 timeout=params["timeout"],
                 attempts=params["attempts"],
                 tally=tally,
+                relay=relay,
             )
         except FetchError as exc:
             errors.append(str(exc))
@@ -675,6 +876,7 @@ def run(module: AnsibleModule) -> dict[str, Any]:
         extras=extras,
         dest_id=dir_id(dest),
         seconds=round(time.monotonic() - started, 3),
+        relay_waited=round(relay.waited, 3) if relay else 0.0,
     )
     if errors or not after.ok:
         detail = "; ".join(errors) or failures_text(failures)
@@ -704,6 +906,8 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "jobs": {"type": "int", "default": 0},
     "timeout": {"type": "int", "default": 60},
     "attempts": {"type": "int", "default": 3},
+    "relay_wait": {"type": "int", "default": 0},
+    "relay_from": {"type": "str", "default": "the upstream node"},
 }
 
 
