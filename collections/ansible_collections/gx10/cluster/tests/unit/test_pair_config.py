@@ -194,7 +194,7 @@ def _set(data: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("key", "bad", "good"),
     [
-        ("schema", 2, 1),
+        ("schema", 3, 1),
         ("schema", True, 1),
         ("node", "", "gx10-a"),
         ("role", "leader", "worker"),
