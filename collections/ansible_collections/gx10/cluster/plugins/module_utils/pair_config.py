@@ -296,9 +296,7 @@ def build_config(
             "peer": {"name": peer_name, "address": peer_address, "port": peer_port},
         }
     else:
-        listed = [
-            {"port": DEFAULT_PORT, **dict(p)} if isinstance(p, Mapping) else p for p in peers
-        ]
+        listed = [{"port": DEFAULT_PORT, **dict(p)} if isinstance(p, Mapping) else p for p in peers]
         peering = {"schema": SCHEMA, "peers": listed}
     return {
         "schema": peering["schema"],
