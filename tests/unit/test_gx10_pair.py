@@ -353,11 +353,11 @@ class Pair:
     def serving(self) -> bool:
         return all(self.state(name) == "serving" for name in self.names)
 
-    def up(self) -> None:
+    def up(self, timeout: float = 15.0) -> None:
         for name in self.workers:
             self.start(name)
         self.start("a")
-        self.wait("the pair serving", self.serving)
+        self.wait("the pair serving", self.serving, timeout)
 
 
 @pytest.fixture
@@ -842,8 +842,10 @@ def test_an_old_memory_guard_kill_explains_nothing(make_pair: Callable[..., Pair
 
 
 # Four agents and their ranks start on a busy test machine: the workers get 10 s (scaled) to
-# show their ready line, not 2 s.
-FOUR_READY = 200
+# show their ready line, not 2 s, and a peer is lost after 3 s without a heartbeat, not 1 s;
+# the waits for the group are 45 s.
+FOUR = {"worker_ready_timeout": 200, "heartbeat_timeout": 60}
+FOUR_WAIT = 45.0
 
 
 def _started_before_head(events: list[str], workers: str) -> None:
@@ -858,12 +860,13 @@ def _started_before_head(events: list[str], workers: str) -> None:
 def test_a_group_of_four_starts_every_worker_before_the_head(
     make_pair: Callable[..., Pair],
 ) -> None:
-    p = make_pair(workers=3, worker_ready_timeout=FOUR_READY)
-    p.up()
+    p = make_pair(workers=3, **FOUR)
+    p.up(FOUR_WAIT)
     _started_before_head(p.event_list(), "bcd")
     p.wait(
         "the head's status showing its workers serving",
         lambda: [w.get("state") for w in p.saved("a").get("peers", [])] == ["serving"] * 3,
+        FOUR_WAIT,
     )
     head = p.status("a")
     assert head["state"] == "serving"
@@ -883,11 +886,15 @@ def test_a_group_of_four_starts_every_worker_before_the_head(
 def test_a_dead_rank_on_worker_three_restarts_all_four_workers_first(
     make_pair: Callable[..., Pair],
 ) -> None:
-    p = make_pair(workers=3, worker_ready_timeout=FOUR_READY)
-    p.up()
+    p = make_pair(workers=3, **FOUR)
+    p.up(FOUR_WAIT)
     marker, generation, restarts = len(p.event_list()), p.generation(), p.restarts()
     (p.dirs["d"] / "active").unlink()  # worker 3's rank process dies
-    p.wait("the group serving again", lambda: p.generation() > generation and p.serving())
+    p.wait(
+        "the group serving again",
+        lambda: p.generation() > generation and p.serving(),
+        FOUR_WAIT,
+    )
     events = after(p.event_list(), marker)
     # The head's rank stops first, then the workers still running; d's had already exited.
     assert events[0] == "a stop", events
@@ -907,7 +914,7 @@ def test_a_dead_rank_on_worker_three_restarts_all_four_workers_first(
 def test_a_group_of_four_waits_for_every_worker_agent_uncounted(
     make_pair: Callable[..., Pair],
 ) -> None:
-    p = make_pair(workers=3)
+    p = make_pair(workers=3, heartbeat_timeout=FOUR["heartbeat_timeout"])
     for name in "bc":
         p.start(name)
     p.start("a")
@@ -917,7 +924,7 @@ def test_a_group_of_four_waits_for_every_worker_agent_uncounted(
     assert p.restarts() == 0
     assert p.event_list() == []  # no worker starts while another's agent is absent
     p.start("d")
-    p.wait("the group serving", p.serving)
+    p.wait("the group serving", p.serving, FOUR_WAIT)
     assert p.restarts() == 0
     _started_before_head(p.event_list(), "bcd")
 
@@ -937,7 +944,7 @@ def test_a_ready_worker_holds_its_rank_while_another_is_still_joining(
     """Worker d shows its ready line well after lone_worker_timeout (1 s scaled): b and c,
     ready long before, keep their ranks while the head waits for d, and the first generation
     serves."""
-    p = make_pair(workers=3, worker_ready_timeout=FOUR_READY)
+    p = make_pair(workers=3, **FOUR)
     (p.dirs["d"] / "ready-line").unlink()
     for name in "bcd":
         p.start(name)
@@ -948,7 +955,7 @@ def test_a_ready_worker_holds_its_rank_while_another_is_still_joining(
     assert p.active("c")
     assert not p.active("a")
     (p.dirs["d"] / "logs").write_text("INFO (EngineCore) Worker ready\n")
-    p.wait("the group serving", p.serving)
+    p.wait("the group serving", p.serving, FOUR_WAIT)
     assert p.generation() == 1
     assert p.restarts() == 0
     _started_before_head(p.event_list(), "bcd")
