@@ -57,9 +57,10 @@ TIMINGS = {
     "breaker_max_restarts": 3,
     "breaker_window": 600,
 }
-DEV = {"a": "rocep1s0f0", "b": "rocep1s0f1"}
-NETDEV = {"a": "eth-a", "b": "eth-b"}
-RAIL_IP = {"a": "192.168.100.10", "b": "192.168.100.11"}
+NODES = "abcdefgh"  # a is the head; b, c, ... its workers
+DEV = {name: f"rocep1s0f{index}" for index, name in enumerate(NODES)}
+NETDEV = {name: f"eth-{name}" for name in NODES}
+RAIL_IP = {name: f"192.168.100.{10 + index}" for index, name in enumerate(NODES)}
 
 FAKE_SYSTEMCTL = r"""#!/bin/bash
 # fake-systemctl NODE_DIR EVENTS VERB [--quiet] UNIT: the rank's state is the file NODE_DIR/active
@@ -176,10 +177,17 @@ class _VllmHandler(http.server.BaseHTTPRequestHandler):
 
 
 class Pair:
-    """Two agents (a: head, b: worker) with their fake nodes, in ``tmp``."""
+    """A group of agents (a: head; b, c, ...: workers; two by default) with their fake nodes, in
+    ``tmp``. The configs are schema 2 (``peers``, as the role renders them); ``legacy`` writes a
+    pair's schema 1 (one ``peer``) instead."""
 
-    def __init__(self, tmp: Path, timings: dict[str, Any]) -> None:
+    def __init__(
+        self, tmp: Path, timings: dict[str, Any], workers: int = 1, legacy: bool = False
+    ) -> None:
         self.tmp = tmp
+        self.names = NODES[: workers + 1]
+        self.workers = self.names[1:]
+        self.legacy = legacy
         self.events = tmp / "events"
         self.events.touch()
         self.lib = tmp / "lib"
@@ -193,30 +201,41 @@ class Pair:
         (tmp / "token").chmod(0o600)
         (tmp / "api_key").write_text(API_KEY)
         (tmp / "rank.json").write_text(json.dumps({"schema": 1, "argv": ["true"]}))
-        self.ports = {"a": free_port(), "b": free_port()}
-        self.dirs = {n: tmp / n for n in "ab"}
+        self.ports = {n: free_port() for n in self.names}
+        self.dirs = {n: tmp / n for n in self.names}
         for name, path in self.dirs.items():
             path.mkdir()
             write_gid_table(path / "sys", DEV[name], NETDEV[name], RAIL_IP[name], 3)
-        (self.dirs["b"] / "ready-line").write_text("INFO (EngineCore) Worker ready\n")
+        for name in self.workers:
+            (self.dirs[name] / "ready-line").write_text("INFO (EngineCore) Worker ready\n")
         self.vllm = FakeVllm(self.dirs["a"])
         threading.Thread(target=self.vllm.serve_forever, daemon=True).start()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        for name in "ab":
+        for name in self.names:
             self.write_config(name, timings)
 
     def write_config(self, name: str, timings: dict[str, Any]) -> None:
-        other = "b" if name == "a" else "a"
         url = f"http://127.0.0.1:{self.vllm.server_address[1]}"
         head = name == "a"
+        others = self.workers if head else "a"
+        peers = [
+            {"name": f"node-{o}", "address": "127.0.0.1", "port": self.ports[o]} for o in others
+        ]
+        if self.legacy:
+            assert len(peers) == 1, "schema 1 has one peer"
+            peering: dict[str, Any] = {
+                "peer_name": peers[0]["name"],
+                "peer_address": "127.0.0.1",
+                "peer_port": peers[0]["port"],
+            }
+        else:
+            peering = {"peers": peers}
         config = pair.pair_config.build_config(
             node=f"node-{name}",
             role="head" if head else "worker",
             listen_address="127.0.0.1",
             listen_port=self.ports[name],
-            peer_name=f"node-{other}",
-            peer_address="127.0.0.1",
-            peer_port=self.ports[other],
+            **peering,
             token_file=str(self.tmp / "token"),
             rank={
                 "container": f"vllm-{name}",
@@ -303,7 +322,8 @@ class Pair:
         return (self.dirs[name] / "active").exists()
 
     def log(self, name: str) -> str:
-        return (self.dirs[name] / "agent.log").read_text(errors="replace")
+        path = self.dirs[name] / "agent.log"
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def wait(self, what: str, predicate: Callable[[], bool], timeout: float = 15.0) -> None:
         deadline = time.monotonic() + timeout
@@ -313,7 +333,7 @@ class Pair:
             time.sleep(0.05)
         raise AssertionError(
             f"timed out waiting for {what}\nevents: {self.event_list()}\n"
-            f"head log:\n{self.log('a')[-3000:]}\nworker log:\n{self.log('b')[-3000:]}"
+            + "\n".join(f"{n} log:\n{self.log(n)[-3000:]}" for n in self.names)
         )
 
     def saved(self, name: str) -> dict[str, Any]:
@@ -331,20 +351,21 @@ class Pair:
         return len(pair.StateDir(str(self.dirs["a"] / "state")).restarts())
 
     def serving(self) -> bool:
-        return self.state("a") == "serving" and self.state("b") == "serving"
+        return all(self.state(name) == "serving" for name in self.names)
 
-    def up(self) -> None:
-        self.start("b")
+    def up(self, timeout: float = 15.0) -> None:
+        for name in self.workers:
+            self.start(name)
         self.start("a")
-        self.wait("the pair serving", self.serving)
+        self.wait("the pair serving", self.serving, timeout)
 
 
 @pytest.fixture
 def make_pair(tmp_path: Path) -> Iterator[Callable[..., Pair]]:
     made: list[Pair] = []
 
-    def make(**overrides: Any) -> Pair:
-        built = Pair(tmp_path / f"pair{len(made)}", {**TIMINGS, **overrides})
+    def make(workers: int = 1, legacy: bool = False, **overrides: Any) -> Pair:
+        built = Pair(tmp_path / f"pair{len(made)}", {**TIMINGS, **overrides}, workers, legacy)
         made.append(built)
         return built
 
@@ -813,3 +834,129 @@ def test_an_old_memory_guard_kill_explains_nothing(make_pair: Callable[..., Pair
     p.wait("the pair serving again", lambda: p.generation() == 2 and p.serving())
     assert p.status("a")["last_restart"]["reason"] == "worker-rank-inactive"
     assert (p.dirs["b"] / "state" / "memory-event.json").exists()  # not taken
+
+
+# --------------------------------------------------------------------------------------------
+# A group of four: the head and three workers (issue 15)
+# --------------------------------------------------------------------------------------------
+
+
+# Four agents and their ranks start on a busy test machine: the workers get 10 s (scaled) to
+# show their ready line, not 2 s, and a peer is lost after 3 s without a heartbeat, not 1 s;
+# the waits for the group are 45 s.
+FOUR = {"worker_ready_timeout": 200, "heartbeat_timeout": 60}
+FOUR_WAIT = 45.0
+
+
+def _started_before_head(events: list[str], workers: str) -> None:
+    """Every worker started (once) before the head did; the head started once, last."""
+    assert events.count("a start") == 1, events
+    head = events.index("a start")
+    for name in workers:
+        assert events.count(f"{name} start") == 1, events
+        assert events.index(f"{name} start") < head, events
+
+
+def test_a_group_of_four_starts_every_worker_before_the_head(
+    make_pair: Callable[..., Pair],
+) -> None:
+    p = make_pair(workers=3, **FOUR)
+    p.up(FOUR_WAIT)
+    _started_before_head(p.event_list(), "bcd")
+    p.wait(
+        "the head's status showing its workers serving",
+        lambda: [w.get("state") for w in p.saved("a").get("peers", [])] == ["serving"] * 3,
+        FOUR_WAIT,
+    )
+    head = p.status("a")
+    assert head["state"] == "serving"
+    assert head["generation"] == 1
+    assert head["restarts_in_window"] == 0
+    assert [peer["name"] for peer in head["peers"]] == ["node-b", "node-c", "node-d"]
+    assert all(peer["age"] < 5 for peer in head["peers"]), head["peers"]
+    for name in "bcd":
+        worker = p.status(name)
+        assert worker["state"] == "serving"
+        assert worker["peer"]["name"] == "node-a"
+        assert worker["source"] == "head"
+        assert (p.dirs[name] / "gid.env").read_text() == "NCCL_IB_GID_INDEX=3\n"
+    assert "peers node-b, node-c, node-d" in p.cli("a", "check-config").stdout
+
+
+def test_a_dead_rank_on_worker_three_restarts_all_four_workers_first(
+    make_pair: Callable[..., Pair],
+) -> None:
+    p = make_pair(workers=3, **FOUR)
+    p.up(FOUR_WAIT)
+    marker, generation, restarts = len(p.event_list()), p.generation(), p.restarts()
+    (p.dirs["d"] / "active").unlink()  # worker 3's rank process dies
+    p.wait(
+        "the group serving again",
+        lambda: p.generation() > generation and p.serving(),
+        FOUR_WAIT,
+    )
+    events = after(p.event_list(), marker)
+    # The head's rank stops first, then the workers still running; d's had already exited.
+    assert events[0] == "a stop", events
+    stops = [e for e in events if e.endswith(" stop")]
+    assert sorted(stops) == ["a stop", "b stop", "c stop"], events
+    assert max(events.index(e) for e in stops) < min(
+        i for i, e in enumerate(events) if e.endswith(" start")
+    ), events
+    _started_before_head(events, "bcd")
+    head = p.status("a")
+    assert head["last_restart"]["reason"] == "worker-rank-inactive"
+    assert head["last_restart"]["node"] == "node-d"
+    assert head["restarts_in_window"] == restarts + 1
+    assert all(p.active(name) for name in "abcd")
+
+
+def test_a_group_of_four_waits_for_every_worker_agent_uncounted(
+    make_pair: Callable[..., Pair],
+) -> None:
+    p = make_pair(workers=3, heartbeat_timeout=FOUR["heartbeat_timeout"])
+    for name in "bc":
+        p.start(name)
+    p.start("a")
+    p.wait("the head waiting for node-d", lambda: "worker node-d's agent to report" in p.log("a"))
+    time.sleep(2.5)  # past worker_ready_timeout (2 s scaled): no failed start, no rank at all
+    assert p.state("a") == "waiting"
+    assert p.restarts() == 0
+    assert p.event_list() == []  # no worker starts while another's agent is absent
+    p.start("d")
+    p.wait("the group serving", p.serving, FOUR_WAIT)
+    assert p.restarts() == 0
+    _started_before_head(p.event_list(), "bcd")
+
+
+def test_a_pair_with_a_schema_1_config_still_serves(make_pair: Callable[..., Pair]) -> None:
+    """A config written before issue 15 (one ``peer``) is read as a group of two."""
+    p = make_pair(legacy=True)
+    assert json.loads((p.dirs["a"] / "pair.json").read_text())["schema"] == 1
+    p.up()
+    assert p.event_list() == ["b start", "a start"]
+    assert p.status("a")["peer"]["name"] == "node-b"
+
+
+def test_a_ready_worker_holds_its_rank_while_another_is_still_joining(
+    make_pair: Callable[..., Pair],
+) -> None:
+    """Worker d shows its ready line well after lone_worker_timeout (1 s scaled): b and c,
+    ready long before, keep their ranks while the head waits for d, and the first generation
+    serves."""
+    p = make_pair(workers=3, **FOUR)
+    (p.dirs["d"] / "ready-line").unlink()
+    for name in "bcd":
+        p.start(name)
+    p.start("a")
+    p.wait("b and c ready", lambda: all("rank ready" in p.log(n) for n in "bc"))
+    time.sleep(2.0)  # twice lone_worker_timeout
+    assert p.active("b")
+    assert p.active("c")
+    assert not p.active("a")
+    (p.dirs["d"] / "logs").write_text("INFO (EngineCore) Worker ready\n")
+    p.wait("the group serving", p.serving, FOUR_WAIT)
+    assert p.generation() == 1
+    assert p.restarts() == 0
+    _started_before_head(p.event_list(), "bcd")
+    assert "lone worker" not in p.log("b") + p.log("c")

@@ -93,3 +93,21 @@ def test_the_agents_modules_are_the_collections_own_files() -> None:
     assert "TIMINGS" in source("pair_config")
     with pytest.raises(AnsibleFilterError, match="is not one of pair_config, roce_gid"):
         source("cluster_plan")
+
+
+def test_the_config_filter_builds_a_head_of_four_as_the_role_renders_it() -> None:
+    """The role passes ``peers`` (vars/main.yml): the head's lists every worker in rank order."""
+    workers = [
+        {"name": f"gx10-{letter}", "address": f"172.31.240.{11 + index}", "port": 8471}
+        for index, letter in enumerate("bcd")
+    ]
+    legacy = ("peer_name", "peer_address", "peer_port")
+    settings = {k: v for k, v in SETTINGS.items() if k not in legacy}
+    head = {**settings, "node": "gx10-a", "role": "head", "peers": workers}
+    config = _filters()["pair_config"](head)
+    assert config["schema"] == 2
+    assert config["peers"] == workers
+    worker = {**settings, "peers": [{"name": "gx10-a", "address": "172.31.240.10", "port": 8471}]}
+    assert _filters()["pair_config"](worker)["schema"] == 2
+    with pytest.raises(AnsibleFilterError, match="list the head alone"):
+        _filters()["pair_config"]({**settings, "peers": workers})

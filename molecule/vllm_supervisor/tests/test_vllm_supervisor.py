@@ -66,3 +66,18 @@ def test_config_token_and_rank_command(nodes: list[testinfra.host.Host]) -> None
         assert env_files[-1] == "/run/gx10/pair/gid.env", env_files
     tokens = {host.file("/etc/gx10/pair.token").content_string for host in nodes}
     assert len(tokens) == 1  # one token for the pair
+
+
+def test_each_config_lists_its_peers(
+    head: testinfra.host.Host, workers: list[testinfra.host.Host]
+) -> None:
+    """Schema 2 (issue 15): the head's agent lists every worker's, each worker's the head's."""
+    config = json.loads(head.file("/etc/gx10/pair.json").content_string)
+    assert config["schema"] == 2
+    names = [peer["name"] for peer in config["peers"]]
+    assert len(names) == len(workers), names
+    assert config["node"] not in names
+    for worker in workers:
+        own = json.loads(worker.file("/etc/gx10/pair.json").content_string)
+        assert [peer["name"] for peer in own["peers"]] == [config["node"]]
+        assert own["node"] in names

@@ -50,7 +50,8 @@ OPTIONAL_RAIL_KEYS = ("addresses",)
 # disk there, the serve stage mounts it (the same path inside the container) as vLLM's --model.
 MODEL_DIR_VAR = "gx10_model_dir"
 DEFAULT_MODEL_DIR = "/srv/models/DeepSeek-V4-Flash-0731"
-# Whether the pair supervises itself on its nodes (the vllm_supervisor role); the plan carries it
+# Whether the cluster supervises itself on its nodes (the vllm_supervisor role: the head's agent
+# and every worker's, for two nodes or N); the plan carries it
 # as `supervised`, which the serve stage and stop.yml follow.
 SUPERVISED_VAR = "vllm_supervisor_enabled"
 DEFAULT_SUPERVISED = False
@@ -80,7 +81,7 @@ _CLUSTER_WHY = {
         "every rank loads the checkpoint from the same --model path and the workers copy the "
         "head's files into it"
     ),
-    SUPERVISED_VAR: "the agents of a pair supervise it together",
+    SUPERVISED_VAR: "the agents of the head and its workers supervise them together",
     OVERLAY_VAR: "every rank of the pair must run the same code",
     TOPOLOGY_VAR: "every node's rails are cabled the same way, to one another or to one switch",
 }
@@ -361,7 +362,7 @@ def _analyse(
     result.mtu = _check_mtu(cluster["gx10_rail_mtu"], errors)
     result.rails = _check_rails(cluster["gx10_rails"], errors)
     result.model_dir = _check_model_dir(cluster[MODEL_DIR_VAR], errors)
-    result.supervised = _check_supervised(cluster[SUPERVISED_VAR], len(result.nodes), errors)
+    result.supervised = _check_supervised(cluster[SUPERVISED_VAR], errors)
     _check_overlay(cluster[OVERLAY_VAR], result.model_dir, errors)
     _check_mgmt_interfaces(result.nodes, node_vars, result.rails, errors)
     result.node_ids = _check_node_ids(result.nodes, node_vars, errors)
@@ -802,8 +803,9 @@ def _check_topology(value: Any, nodes: Sequence[str], errors: list[str]) -> str:
     return topology
 
 
-def _check_supervised(value: Any, nodes: int, errors: list[str]) -> bool:
-    """vllm_supervisor_enabled: a bool; the supervisor runs pairs (two nodes)."""
+def _check_supervised(value: Any, errors: list[str]) -> bool:
+    """vllm_supervisor_enabled: a bool. The supervisor runs a head and any number of workers
+    (issue 15; the node count itself is the topology's to check)."""
     if value is _MISSING:
         return DEFAULT_SUPERVISED
     if not isinstance(value, bool):
@@ -812,13 +814,6 @@ def _check_supervised(value: Any, nodes: int, errors: list[str]) -> bool:
             f"e.g. {SUPERVISED_VAR}: true"
         )
         return False
-    if value and nodes not in (0, 2):
-        errors.append(
-            f"{SUPERVISED_VAR} is true but the cluster has {nodes} nodes: the pair supervisor "
-            "runs two (a head and one worker) and supervision of N nodes is not built yet "
-            f"(issue 15); set {SUPERVISED_VAR}: false for {nodes} nodes and restart a failed "
-            "rank with the serve stage (every worker, then the head)"
-        )
     return bool(value)
 
 

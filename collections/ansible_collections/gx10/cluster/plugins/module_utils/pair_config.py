@@ -1,5 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The pair supervisor's on-node config (``/etc/gx10/pair.json``) and its validation.
+"""The group supervisor's on-node config (``/etc/gx10/pair.json``) and its validation.
+
+"Pair" is the historical name: the agents now supervise a head and any number of workers (a
+group of N nodes, issue 15); the names (gx10-pair, pair.json, pair.token) stay.
 
 Standard library only and no Ansible import: the controller's validate stage calls it on the
 inventory values before any node changes, and the node's ``gx10-pair`` agent imports it from its
@@ -9,11 +12,12 @@ own directory (copied beside it) to check the file it runs from (``gx10-pair che
 allowed range, the unit and the inventory variable that sets it (``vllm_supervisor_<key>``).
 Seconds may be given as int or float; counts must be int; a bool is never a number here.
 
-The file (``schema: 1``)::
+The file (``schema: 2``)::
 
-    {"schema": 1, "node": "gx10-a", "role": "head",
+    {"schema": 2, "node": "gx10-a", "role": "head",
      "listen": {"address": "10.0.0.10", "port": 8471},
-     "peer": {"name": "gx10-b", "address": "10.0.0.11", "port": 8471},
+     "peers": [{"name": "gx10-b", "address": "10.0.0.11", "port": 8471},
+               {"name": "gx10-c", "address": "10.0.0.12", "port": 8471}],
      "token_file": "/etc/gx10/pair.token",
      "rank": {"unit": "gx10-vllm-rank.service", "container": "vllm-head",
               "worker_ready_regex": "headless multiproc executor|Worker ready",
@@ -24,6 +28,11 @@ The file (``schema: 1``)::
              "env_file": "/run/gx10/pair/gid.env"},
      "bench_lock": "/run/gx10/bench.lock", "state_dir": "/var/lib/gx10/pair",
      "timings": {"heartbeat_interval": 5, ...}}
+
+``peers``: the head's lists every worker (in rank order, the order it starts them in); a
+worker's lists the head only. Schema 1 (two nodes, before issue 15) had one ``peer`` mapping
+instead: it is still read (``load_config`` turns it into ``peers`` of one), and ``build_config``
+still writes it when given ``peer_name``/``peer_address``/``peer_port`` instead of ``peers``.
 
 ``gid.default_index`` (optional) is the provision-time index: the agent uses it only when its own
 resolver cannot say at rank start.
@@ -40,7 +49,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA = 1
+SCHEMA = 2
+SCHEMAS = (1, 2)  # schema 1: one ``peer`` (a pair); schema 2: ``peers`` (a head and N-1 workers)
+MAX_PEERS = 63  # the most workers one head supervises (a sanity bound; the lab runs 1)
 ROLES = ("head", "worker")
 GID_MODES = ("pinned", "auto")
 VARIABLE_PREFIX = "vllm_supervisor_"
@@ -243,10 +254,11 @@ def build_config(
     node: str,
     role: str,
     listen_address: str,
-    peer_name: str,
-    peer_address: str,
     rank: Mapping[str, Any],
     gid: Mapping[str, Any],
+    peers: Sequence[Mapping[str, Any]] | None = None,
+    peer_name: str | None = None,
+    peer_address: str | None = None,
     token_file: str = "/etc/gx10/pair.token",
     listen_port: int = DEFAULT_PORT,
     peer_port: int = DEFAULT_PORT,
@@ -254,7 +266,13 @@ def build_config(
     state_dir: str = DEFAULT_STATE_DIR,
     timings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The config file's content with defaults filled in; check it with ``validate_config``."""
+    """The config file's content with defaults filled in; check it with ``validate_config``.
+
+    ``peers`` (a list of ``{name, address, port}``, port defaulting to DEFAULT_PORT) writes
+    schema 2; the older ``peer_name``/``peer_address``/``peer_port`` write schema 1 (one peer).
+    """
+    if (peers is None) == (peer_name is None and peer_address is None):
+        raise TypeError("build_config() takes either peers or peer_name and peer_address")
     rank_out: dict[str, Any] = {
         "unit": DEFAULT_RANK_UNIT,
         "worker_ready_regex": DEFAULT_WORKER_READY_REGEX,
@@ -271,12 +289,21 @@ def build_config(
         "env_file": DEFAULT_ENV_FILE,
     }
     gid_out.update(gid)
+    peering: dict[str, Any]
+    if peers is None:
+        peering = {
+            "schema": 1,
+            "peer": {"name": peer_name, "address": peer_address, "port": peer_port},
+        }
+    else:
+        listed = [{"port": DEFAULT_PORT, **dict(p)} if isinstance(p, Mapping) else p for p in peers]
+        peering = {"schema": SCHEMA, "peers": listed}
     return {
-        "schema": SCHEMA,
+        "schema": peering["schema"],
         "node": node,
         "role": role,
         "listen": {"address": listen_address, "port": listen_port},
-        "peer": {"name": peer_name, "address": peer_address, "port": peer_port},
+        **{k: v for k, v in peering.items() if k != "schema"},
         "token_file": token_file,
         "rank": rank_out,
         "gid": gid_out,
@@ -291,7 +318,7 @@ _TOP_KEYS = (
     "node",
     "role",
     "listen",
-    "peer",
+    "peers",
     "token_file",
     "rank",
     "gid",
@@ -354,16 +381,25 @@ class _Checker:
 def validate_config(config: Any) -> list[str]:
     """Errors of a whole config file's content, each naming its key, the value and the fix."""
     check = _Checker()
-    top = check.mapping("", config, _TOP_KEYS)
+    schema = config.get("schema") if isinstance(config, Mapping) else None
+    legacy = schema == 1 and not isinstance(schema, bool)
+    # Schema 1 names its one peer ``peer``; schema 2 lists them in ``peers``.
+    keys = tuple("peer" if k == "peers" and legacy else k for k in _TOP_KEYS)
+    top = check.mapping("", config, keys)
     if not top:
         return check.errors or ["the config is empty: write it with build_config"]
-    for key in _TOP_KEYS:
+    for key in keys:
         if key not in top:
             check.errors.append(
                 f"{key} is missing: the config needs it (write it with build_config)"
             )
-    if "schema" in top and (isinstance(top["schema"], bool) or top["schema"] != SCHEMA):
-        check.fail("schema", top["schema"], f"this agent reads schema {SCHEMA}; rewrite the file")
+    if "schema" in top and (isinstance(schema, bool) or schema not in SCHEMAS):
+        check.fail(
+            "schema",
+            schema,
+            f"this agent reads schema {' or '.join(map(str, SCHEMAS))}; render the file again "
+            "with the serve stage of this collection's version",
+        )
     if "node" in top:
         check.text("node", top["node"], _NAME)
     role = top.get("role")
@@ -373,13 +409,10 @@ def validate_config(config: Any) -> list[str]:
         listen = check.mapping("listen", top["listen"], ("address", "port"))
         check.address("listen.address", listen.get("address"))
         check.integer("listen.port", listen.get("port"), 1, 65535)
-    if "peer" in top:
-        peer = check.mapping("peer", top["peer"], ("name", "address", "port"))
-        check.text("peer.name", peer.get("name"), _NAME)
-        check.address("peer.address", peer.get("address"))
-        check.integer("peer.port", peer.get("port"), 1, 65535)
-        if peer.get("name") is not None and peer.get("name") == top.get("node"):
-            check.fail("peer.name", peer.get("name"), "the peer must be the other node of the pair")
+    if "peer" in top and legacy:
+        _check_peer(check, "peer", top["peer"], top.get("node"))
+    if "peers" in top and not legacy:
+        _check_peers(check, top["peers"], top.get("node"), role)
     if "token_file" in top:
         check.path("token_file", top["token_file"])
     for key in ("bench_lock", "state_dir"):
@@ -392,6 +425,47 @@ def validate_config(config: Any) -> list[str]:
     if "timings" in top:
         check.errors.extend(validate_timings(top["timings"]))
     return check.errors
+
+
+def _check_peer(check: _Checker, where: str, value: Any, node: Any) -> Mapping[str, Any]:
+    peer = check.mapping(where, value, ("name", "address", "port"))
+    check.text(f"{where}.name", peer.get("name"), _NAME)
+    check.address(f"{where}.address", peer.get("address"))
+    check.integer(f"{where}.port", peer.get("port"), 1, 65535)
+    if peer.get("name") is not None and peer.get("name") == node:
+        check.fail(f"{where}.name", peer.get("name"), "a peer must be another node of the group")
+    return peer
+
+
+def _check_peers(check: _Checker, value: Any, node: Any, role: Any) -> None:
+    """The head lists every worker (1 to MAX_PEERS); a worker lists the head only."""
+    if not isinstance(value, list) or not value:
+        check.fail("peers", value, "it must list the peers ({name, address, port}): set them")
+        return
+    if role == "worker" and len(value) != 1:
+        check.fail(
+            "peers",
+            [p.get("name") if isinstance(p, Mapping) else p for p in value],
+            "a worker's agent talks to the head only: list the head alone",
+        )
+    if len(value) > MAX_PEERS:
+        check.fail("peers", f"{len(value)} peers", f"a head supervises at most {MAX_PEERS}")
+    names: set[Any] = set()
+    endpoints: set[tuple[Any, Any]] = set()
+    for position, item in enumerate(value):
+        where = f"peers[{position}]"
+        peer = _check_peer(check, where, item, node)
+        name, endpoint = peer.get("name"), (peer.get("address"), peer.get("port"))
+        if isinstance(name, str) and name in names:
+            check.fail(f"{where}.name", name, "each peer appears once; remove the repeat")
+        if peer and endpoint in endpoints:
+            check.fail(
+                f"{where}.address",
+                f"{endpoint[0]}:{endpoint[1]}",
+                "two peers cannot share an address and port; give each node its own",
+            )
+        names.add(name)
+        endpoints.add(endpoint)
 
 
 def _check_rank(check: _Checker, value: Any, role: Any) -> None:
@@ -463,4 +537,7 @@ def load_config(path: str) -> dict[str, Any]:
         raise PairConfigError([f"{path}: {error}" for error in errors])
     assert isinstance(data, dict)
     data["timings"] = merged_timings(data["timings"])
+    if data["schema"] == 1:  # one peer: the agent reads every config as a list of peers
+        data["peers"] = [data.pop("peer")]
+        data["schema"] = SCHEMA
     return data

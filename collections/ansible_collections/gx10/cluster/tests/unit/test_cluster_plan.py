@@ -964,16 +964,13 @@ def test_supervision_is_off_by_default_and_carried_in_the_plan() -> None:
     assert plan["supervised"] is True
 
 
-def test_supervision_needs_a_bool_and_a_pair() -> None:
+def test_supervision_needs_a_bool_and_takes_any_number_of_nodes() -> None:
     error = one_error(vllm_supervisor_enabled="yes")
     assert error.startswith("vllm_supervisor_enabled is 'yes' (str): it must be true or false")
-    error = one_error(FOUR, gx10_topology="switch", vllm_supervisor_enabled=True)
-    assert error == (
-        "vllm_supervisor_enabled is true but the cluster has 4 nodes: the pair supervisor runs "
-        "two (a head and one worker) and supervision of N nodes is not built yet (issue 15); set "
-        "vllm_supervisor_enabled: false for 4 nodes and restart a failed rank with the serve "
-        "stage (every worker, then the head)"
-    )
+    # A head and three workers on a switch (issue 15): supervised like a pair.
+    assert errors_of(FOUR, gx10_topology="switch", vllm_supervisor_enabled=True) == []
+    plan = build_plan(*cluster(FOUR, gx10_topology="switch", vllm_supervisor_enabled=True))
+    assert plan["supervised"] is True
     assert errors_of(FOUR, gx10_topology="switch") == []  # not supervised: any number of nodes
 
 
@@ -1300,10 +1297,9 @@ def test_duplicate_addresses_on_a_switch_are_refused() -> None:
     assert_mentions(error, "gx10-1 (gx10_node_id 11 on host gx10-1) and gx10-3", "both get address")
 
 
-def test_supervision_is_refused_for_more_than_two_nodes_on_a_switch() -> None:
-    error = one_error(nodes(4), gx10_topology="switch", vllm_supervisor_enabled=True)
-    assert_mentions(error, "has 4 nodes", "supervision of N nodes is not built yet")
-    assert errors_of(nodes(2), gx10_topology="switch", vllm_supervisor_enabled=True) == []
+def test_supervision_of_more_than_two_nodes_on_a_switch_is_accepted() -> None:
+    for count in (2, 4, 8):
+        assert errors_of(nodes(count), gx10_topology="switch", vllm_supervisor_enabled=True) == []
 
 
 def test_all_topology_problems_are_reported_at_once() -> None:
@@ -1311,7 +1307,6 @@ def test_all_topology_problems_are_reported_at_once() -> None:
     for fragment in (
         "gx10_topology is direct (the default) but the cluster has 3 nodes",
         "has 2 host addresses but the cluster has 3 nodes",
-        "vllm_supervisor_enabled is true but the cluster has 3 nodes",
         "tensor-parallel size 3",
     ):
         assert sum(fragment in error for error in errors) == 1, (fragment, errors)

@@ -194,7 +194,7 @@ def _set(data: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("key", "bad", "good"),
     [
-        ("schema", 2, 1),
+        ("schema", 3, 1),
         ("schema", True, 1),
         ("node", "", "gx10-a"),
         ("role", "leader", "worker"),
@@ -277,3 +277,112 @@ def test_load_config_reads_validates_and_fills_timings(tmp_path: Path) -> None:
         pc.load_config(str(path))
     with pytest.raises(pc.PairConfigError, match="cannot read"):
         pc.load_config(str(tmp_path / "absent.json"))
+
+
+# --------------------------------------------------------------------------------------------
+# Peers: a head and N-1 workers (schema 2), and the pair's schema 1
+# --------------------------------------------------------------------------------------------
+
+WORKERS = [
+    {"name": f"gx10-{letter}", "address": f"10.0.0.{11 + index}", "port": 8471}
+    for index, letter in enumerate("bcd")
+]
+
+
+def group(role: str = "head", peers: Any = None) -> dict[str, Any]:
+    """A group of four's config: the head lists its three workers, a worker the head."""
+    head = {"name": "gx10-a", "address": "10.0.0.10", "port": 8471}
+    built = pc.build_config(
+        node="gx10-a" if role == "head" else "gx10-d",
+        role=role,
+        listen_address="10.0.0.10" if role == "head" else "10.0.0.13",
+        peers=peers if isinstance(peers, list) else (WORKERS if role == "head" else [head]),
+        rank={
+            "container": "vllm",
+            "health_urls": ["http://127.0.0.1:8000/health"] if role == "head" else [],
+            "model": "m" if role == "head" else None,
+        },
+        gid={"rails": [{"netdev": "enp1s0f0np0", "address": "192.168.100.10"}]},
+    )
+    if peers is not None and not isinstance(peers, list):
+        built["peers"] = peers  # not a list: only validate_config sees it
+    return built
+
+
+def test_a_head_of_four_and_its_worker_are_valid_schema_2() -> None:
+    head = group()
+    assert head["schema"] == 2
+    assert "peer" not in head
+    assert [p["name"] for p in head["peers"]] == ["gx10-b", "gx10-c", "gx10-d"]
+    assert pc.validate_config(head) == []
+    assert pc.validate_config(group("worker")) == []
+    # The port defaults to the agents' port.
+    defaulted = group(peers=[{"name": "gx10-b", "address": "10.0.0.11"}])
+    assert defaulted["peers"][0]["port"] == pc.DEFAULT_PORT
+
+
+@pytest.mark.parametrize(
+    ("role", "peers", "needles"),
+    [
+        ("head", [], ("peers is []", "it must list the peers")),
+        ("head", "gx10-b", ("peers is 'gx10-b'",)),
+        ("worker", WORKERS[:2], ("peers is ['gx10-b', 'gx10-c']", "list the head alone")),
+        ("head", [WORKERS[0], {**WORKERS[0], "address": "10.0.0.99"}], ("peers[1].name",)),
+        (
+            "head",
+            [WORKERS[0], {**WORKERS[0], "name": "gx10-z"}],
+            ("peers[1].address", "10.0.0.11:8471", "share an address and port"),
+        ),
+        ("head", [{**WORKERS[0], "name": "gx10-a"}], ("peers[0].name", "another node")),
+        ("head", [{**WORKERS[0], "address": "gx10-b"}], ("peers[0].address",)),
+        ("head", [{**WORKERS[0], "port": 0}], ("peers[0].port",)),
+        ("head", [{**WORKERS[0], "rank": 1}], ("peers[0].rank", "not a known key")),
+    ],
+)
+def test_every_peer_rule_names_the_peer(role: str, peers: Any, needles: tuple[str, ...]) -> None:
+    one_error(pc.validate_config(group(role, peers)), *needles)
+
+
+def test_workers_on_one_address_with_their_own_ports_are_valid() -> None:
+    same = [{**WORKERS[0], "port": 9001}, {**WORKERS[1], "address": "10.0.0.11", "port": 9002}]
+    assert pc.validate_config(group(peers=same)) == []
+
+
+def test_schema_2_refuses_the_single_peer_and_schema_1_refuses_peers() -> None:
+    head = group()
+    mixed = {**{k: v for k, v in head.items() if k != "peers"}, "peer": WORKERS[0]}
+    errors = pc.validate_config(mixed)
+    assert any("peer is" in e and "not a known key" in e for e in errors), errors
+    assert any(e.startswith("peers is missing") for e in errors), errors
+    legacy = config()
+    assert legacy["schema"] == 1
+    assert pc.validate_config(legacy) == []
+    errors = pc.validate_config({**legacy, "peers": WORKERS})
+    assert any("peers is" in e and "not a known key" in e for e in errors), errors
+    one_error(pc.validate_config({**head, "schema": 3}), "schema is 3", "schema 1 or 2")
+
+
+def test_build_config_takes_peers_or_the_single_peer_not_both() -> None:
+    with pytest.raises(TypeError, match="either peers or peer_name"):
+        pc.build_config(
+            node="a",
+            role="head",
+            listen_address="10.0.0.10",
+            peers=WORKERS,
+            peer_name="gx10-b",
+            peer_address="10.0.0.11",
+            rank={},
+            gid={},
+        )
+    with pytest.raises(TypeError, match="either peers or peer_name"):
+        pc.build_config(node="a", role="head", listen_address="10.0.0.10", rank={}, gid={})
+
+
+def test_load_config_reads_both_schemas_as_a_list_of_peers(tmp_path: Path) -> None:
+    path = tmp_path / "pair.json"
+    path.write_text(json.dumps(config()))
+    loaded = pc.load_config(str(path))
+    assert loaded["peers"] == [{"name": "gx10-b", "address": "10.0.0.11", "port": 8471}]
+    assert "peer" not in loaded
+    path.write_text(json.dumps(group()))
+    assert pc.load_config(str(path))["peers"] == WORKERS
