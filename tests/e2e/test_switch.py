@@ -194,3 +194,66 @@ def test_a_throttled_node_is_named_on_each_of_its_links(converged: ProvisionResu
         assert measured.endswith(f"< {report['min_rail_gbps']:g} Gb/s"), line
     text = _messages(result)
     assert "rail0" not in text.replace("rail0 + rail1", ""), text
+
+
+# The last test of the file: four supervised nodes (gx10-pair agents, the lab's fast timings).
+AGENT = "/usr/local/lib/gx10/pair/gx10-pair"
+SUPERVISED = {"vllm_supervisor_enabled": True}
+
+
+def _agent_state(node: str) -> dict[str, Any]:
+    out = node_sh(node, f"python3 {AGENT} status --json", check=False)
+    try:
+        return dict(json.loads(out))
+    except ValueError:
+        return {}
+
+
+def _group_serving() -> bool:
+    """The head's agent says serving, all four ranks run, and nothing changed over 3 s."""
+    first = {node: _container(node) for node in CFG4.nodes}
+    if _agent_state(HEAD).get("state") != "serving" or not all(first.values()):
+        return False
+    time.sleep(3)
+    return {node: _container(node) for node in CFG4.nodes} == first
+
+
+def _until(what: str, test: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if test():
+            return
+        time.sleep(1.0)
+    states = {node: _agent_state(node).get("state") for node in CFG4.nodes}
+    raise AssertionError(f"not {what} within {timeout:.0f} s; agents: {states}")
+
+
+@pytest.fixture
+def supervised4(converged: ProvisionResult) -> Iterator[None]:
+    result = provision(LAB4, "serve.yml", extravars=SUPERVISED)
+    try:
+        assert result.ok, _messages(result)
+        yield
+    finally:
+        stopped = provision(LAB4, "stop.yml", extravars=SUPERVISED)
+        assert stopped.ok, _messages(stopped)
+
+
+def test_supervised_a_crashed_rank_restarts_all_four_workers_first(supervised4: None) -> None:
+    _until("serving", _group_serving, 120)
+    before = {node: _container(node) for node in CFG4.nodes}
+    lab.kill_rank("gx10-d", CFG4, log=lambda line: None)
+
+    def restarted() -> bool:
+        now = {node: _container(node) for node in CFG4.nodes}
+        changed = all(now[n] and now[n]["id"] != before[n]["id"] for n in CFG4.nodes)
+        return changed and _group_serving()
+
+    _until("all four restarted and serving", restarted, 240)
+    after = {node: _container(node) for node in CFG4.nodes}
+    assert all(after[w]["started"] < after[HEAD]["started"] for w in WORKERS), after
+    last = json.dumps(_agent_state(HEAD).get("last_restart"))
+    assert "worker-rank-inactive" in last, last
+    assert "gx10-d" in last, last
+    smoke = provision(LAB4, "smoke.yml")
+    assert smoke.ok, _messages(smoke)
