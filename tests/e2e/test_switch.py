@@ -135,6 +135,21 @@ def test_bench_telemetry_comes_from_every_node(converged: ProvisionResult, tmp_p
         assert case["telemetry"]["nodes"][node]["power_w"]["mean"] > 0, node
 
 
+def test_the_workers_copy_down_the_chain_the_head_sending_the_checkpoint_once(
+    converged: ProvisionResult,
+) -> None:
+    """bench/sync_chain.py: the workers' copies removed, `gx10 model sync` copies the checkpoint
+    head -> gx10-b -> gx10-c -> gx10-d (a star would have the head send it three times)."""
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "sync_chain.py"), "-i", str(LAB4), "--yes"],
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    print(run.stdout)
+    assert run.returncode == 0, run.stdout + run.stderr
+    serve = provision(LAB4, "serve.yml")  # the copies were replaced: the ranks verify them again
+    assert serve.ok, _messages(serve)
+
+
 @pytest.fixture
 def narrow_port(converged: ProvisionResult) -> Iterator[str]:
     """gx10-c's rail1 port on the switch left at MTU 1500: a switch port without jumbo frames."""
