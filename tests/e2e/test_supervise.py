@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from labtools import LAB_INVENTORY, node_sh
+from labtools import LAB_INVENTORY, node_sh, rank_container
 
 from gx10 import ProvisionResult, lab, provision
 
@@ -36,14 +36,7 @@ def _provision(playbook: str, **extravars: object) -> ProvisionResult:
     return provision(LAB_INVENTORY, playbook, extravars={**SUPERVISED, **extravars})
 
 
-def _container(node: str) -> dict[str, str]:
-    """The rank container's id and start time ({} when none runs)."""
-    out = node_sh(
-        node,
-        f"docker inspect -f '{{{{.Id}}}} {{{{.State.StartedAt}}}}' {CONTAINER} 2>/dev/null",
-        check=False,
-    ).split()
-    return {"id": out[0], "started": out[1]} if len(out) == 2 else {}
+_container = rank_container
 
 
 def _status(node: str) -> dict[str, object]:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from labtools import ROOT, node_sh
+from labtools import ROOT, node_sh, rank_container
 
 from gx10 import ProvisionResult, lab, provision
 
@@ -24,14 +24,7 @@ CONTAINER = "gx10-vllm"
 RAIL1 = CFG4.rails[1]
 
 
-def _container(node: str) -> dict[str, str]:
-    """The rank container's id and start time ({} when none runs)."""
-    out = node_sh(
-        node,
-        f"docker inspect -f '{{{{.Id}}}} {{{{.State.StartedAt}}}}' {CONTAINER} 2>/dev/null",
-        check=False,
-    ).split()
-    return {"id": out[0], "started": out[1]} if len(out) == 2 else {}
+_container = rank_container
 
 
 def _messages(result: ProvisionResult) -> str:
