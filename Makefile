@@ -108,8 +108,9 @@ lint: venv ## yamllint, ansible-lint (production), ruff, mypy, role READMEs agai
 docs: venv ## Regenerate each role README's variable table from meta/argument_specs.yml
 	python -m gx10._dev.role_docs
 
+# One worker per CPU (pytest-xdist), each test file on one worker so its module fixtures run once.
 unit: venv browser-deps proxy-deps prometheus-tools ## Unit tests (plugins, Python; the report in a browser, the gateway behind haproxy, promtool)
-	pytest -q
+	pytest -q -n auto --dist loadfile
 
 # One lab for every scenario (each leaves the nodes as its role converged them; none needs a
 # fresh lab): bring it up once, keep it between scenarios, take it down at the end unless
