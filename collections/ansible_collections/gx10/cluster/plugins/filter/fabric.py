@@ -144,66 +144,6 @@ def fabric_gid_rails(rails: Any, rdma_devices: Any = None) -> list[dict[str, Any
     )
 
 
-def fabric_runs(  # noqa: PLR0917 (Jinja passes filter arguments by position)
-    rails: Any,
-    workers: Any,
-    hostvars: Any,
-    head: str,
-    tool: str,
-    iperf3_reverse: Any = True,
-    port: Any = 18515,
-) -> list[dict[str, Any]]:
-    """rails | gx10.cluster.fabric_runs(workers, hostvars, head, tool, reverse, port): the runs."""
-    names = [str(w) for w in _list(workers, "workers", "fabric_runs")]
-    return fabric_rules.bandwidth_runs(
-        _list(rails, "the rails", "fabric_runs"),
-        names,
-        tool=str(tool),
-        iperf3_reverse=bool(iperf3_reverse),
-        port=int(port),
-        client_gid=_list(_registered(hostvars, head, "__fabric_gid", "rails", []), "rails", "x"),
-        server_gid={
-            w: _list(_registered(hostvars, w, "__fabric_gid", "rails", []), "rails", "x")
-            for w in names
-        },
-    )
-
-
-def _parse(tool: str, stdout: Any) -> dict[str, Any]:
-    return fabric_iperf3(stdout) if tool == "iperf3" else fabric_ib_write_bw(stdout)
-
-
-def fabric_merge_measurements(
-    measurements: Any, run: Any, done: Any, tool: str
-) -> list[dict[str, Any]]:
-    """measurements | gx10.cluster.fabric_merge_measurements(run, done_results, tool)."""
-    name = "fabric_merge_measurements"
-    clients = _list(done, "the clients' results", name)
-    parsed = [_parse(str(tool), client.get("stdout", "")) for client in clients]
-    new = fabric_rules.run_measurements(_mapping(run, "the run", name), clients, parsed)
-    return fabric_rules.merge_measurements(
-        _list(measurements, "the measurements", name), _mapping(run, "the run", name), new
-    )
-
-
-def fabric_runs_without_result(runs: Any, measurements: Any) -> list[dict[str, Any]]:
-    """runs | gx10.cluster.fabric_runs_without_result(measurements): the runs to repeat once."""
-    name = "fabric_runs_without_result"
-    return fabric_rules.runs_without_result(
-        _list(runs, "the runs", name), _list(measurements, "the measurements", name)
-    )
-
-
-def fabric_bandwidth(measurements: Any, workers: Any, rails: Any) -> dict[str, Any]:
-    """measurements | gx10.cluster.fabric_bandwidth(workers, rails): {per_rail, total}."""
-    name = "fabric_bandwidth"
-    return fabric_rules.fold_bandwidth(
-        _list(measurements, "the measurements", name),
-        [str(w) for w in _list(workers, "workers", name)],
-        _list(rails, "the rails", name),
-    )
-
-
 def fabric_not_checked(rails: Any, netdevs: Any) -> list[str]:
     """rails | gx10.cluster.fabric_not_checked(netdevs): what sysfs cannot support here."""
     name = "fabric_not_checked"
@@ -236,37 +176,6 @@ def fabric_link_checks(  # noqa: PLR0917 (Jinja passes filter arguments by posit
         route=_list(_registered(hostvars, host, "__fabric_route", "results", []), "route", name),
         min_link_speed_mbps=min_link_speed_mbps,
         min_pcie_width=min_pcie_width,
-    )
-
-
-def fabric_bandwidth_checks(  # noqa: PLR0917 (Jinja passes filter arguments by position)
-    measurements: Any,
-    head: str,
-    workers: Any,
-    rails: Any,
-    hostvars: Any,
-    tool: str,
-    min_rail_gbps: Any = PER_RAIL_MIN_GBPS,
-    min_total_gbps: Any = fabric_rules.MIN_TOTAL_GBPS,
-    degraded_band_gbps: Any = DEGRADED_BAND_GBPS,
-) -> list[dict[str, Any]]:
-    """measurements | gx10.cluster.fabric_bandwidth_checks(head, workers, rails, hostvars, tool,
-    min_rail, min_total, band): the head's bandwidth checks."""
-    name = "fabric_bandwidth_checks"
-    nodes = [str(head), *(str(w) for w in _list(workers, "workers", name))]
-    band = _list(degraded_band_gbps, "degraded_band_gbps", name)
-    if len(band) != 2:
-        raise AnsibleFilterError(f"gx10.cluster.{name}: degraded_band_gbps must be [low, high]")
-    return fabric_rules.bandwidth_checks(
-        str(head),
-        nodes[1:],
-        _list(rails, "the rails", name),
-        _list(measurements, "the measurements", name),
-        tool=str(tool),
-        tool_rc={node: _registered(hostvars, node, "__fabric_tool", "rc", None) for node in nodes},
-        min_rail_gbps=min_rail_gbps,
-        min_total_gbps=min_total_gbps,
-        degraded_band_gbps=band,
     )
 
 
@@ -343,6 +252,10 @@ def fabric_pair_runs(  # noqa: PLR0917 (Jinja passes filter arguments by positio
             for node in host_rails
         },
     )
+
+
+def _parse(tool: str, stdout: Any) -> dict[str, Any]:
+    return fabric_iperf3(stdout) if tool == "iperf3" else fabric_ib_write_bw(stdout)
 
 
 def fabric_pair_merge_measurements(
@@ -426,13 +339,8 @@ class FilterModule:
             "fabric_ib_write_bw": fabric_ib_write_bw,
             "fabric_verdict": fabric_verdict,
             "fabric_gid_rails": fabric_gid_rails,
-            "fabric_runs": fabric_runs,
-            "fabric_merge_measurements": fabric_merge_measurements,
-            "fabric_runs_without_result": fabric_runs_without_result,
-            "fabric_bandwidth": fabric_bandwidth,
             "fabric_not_checked": fabric_not_checked,
             "fabric_link_checks": fabric_link_checks,
-            "fabric_bandwidth_checks": fabric_bandwidth_checks,
             "fabric_pair_schedule": fabric_pair_schedule,
             "fabric_pair_runs": fabric_pair_runs,
             "fabric_pair_merge_measurements": fabric_pair_merge_measurements,

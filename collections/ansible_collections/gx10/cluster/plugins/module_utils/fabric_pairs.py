@@ -5,7 +5,7 @@ Pure Python (standard library and fabric_rules only), no Ansible: the ``gx10.clu
 ``fabric_pair_*`` (plugins/filter/fabric.py) expose these to the fabric role.
 
 With two nodes (``gx10_topology: direct``) the schedule is one round of one pair, the head and
-its worker, and the runs and checks are exactly fabric_rules' (head -> each worker). With N nodes
+its worker, and the runs and checks are exactly the head -> worker ones of before. With N nodes
 on a switch every unordered pair is measured: a round-robin schedule (the circle method) gives
 N - 1 rounds of N / 2 disjoint pairs (N rounds with one node idle each when N is odd). The pairs
 of a round share no node, so they run at the same time and the time is counted in rounds. A
@@ -13,7 +13,7 @@ budget cuts whole rounds from the end; it never cuts below the rounds that cover
 round when N is even, two when it is odd), and says which pairs were skipped.
 
 In a pair the node earlier in ``[head, *workers]`` is the client (as the head is today), the
-other the server (``worker``, the key fabric_rules' runs and measurements use for it).
+other the server (``worker``, the key fabric_rules' measurements and checks use for it).
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def pair_runs(
     """The bandwidth runs of the schedule: per round each rail alone, then all rails at once,
     every pair of the round at the same time; with iperf3 (and ``iperf3_reverse``) each also
     server -> client. ``host_rails`` is each node's rails from the plan, ``gid`` each node's
-    roce_gid_info rails. A pair's entry is fabric_rules' (``worker`` the server) and ``client``."""
+    roce_gid_info rails. A pair's entry names its ``worker`` (the server) and its ``client``."""
     gid = gid or {}
     directions = [False, True] if tool == "iperf3" and iperf3_reverse else [False]
     runs: list[dict[str, Any]] = []
@@ -198,7 +198,7 @@ def _key(entry: Mapping[str, Any], head: str) -> tuple[str, str, str]:
 
 
 def _of_run(measurement: Mapping[str, Any], run: Mapping[str, Any]) -> bool:
-    if "worker" in run:  # a head -> worker run of fabric_rules.bandwidth_runs
+    if "worker" in run:  # a head -> worker run, as the runs were before the pairs
         return fabric_rules._of_run(measurement, run)
     keys = {_key(pair, "") for pair in run["pairs"]}
     return bool(
@@ -213,7 +213,7 @@ def pair_run_measurements(
 ) -> list[dict[str, Any]]:
     """fabric_rules.run_measurements over a run of several pairs: each measurement takes
     ``worker`` from its own pair and names its ``client`` (where the pair does: a head -> worker
-    run of fabric_rules.bandwidth_runs gives fabric_rules' measurements)."""
+    run, as the runs were before the pairs, gives fabric_rules' measurements)."""
     found: list[dict[str, Any]] = []
     for client, result in zip(done, parsed, strict=True):
         pair = client["item"]["item"]

@@ -162,71 +162,12 @@ def _gid_of(gid: Sequence[Mapping[str, Any]], netdev: str) -> Mapping[str, Any]:
     return next((entry for entry in gid if entry.get("netdev") == netdev), {})
 
 
-def bandwidth_runs(
-    rails: Sequence[Rail],
-    workers: Sequence[str],
-    *,
-    tool: str,
-    iperf3_reverse: bool,
-    port: int,
-    client_gid: Sequence[Mapping[str, Any]] = (),
-    server_gid: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
-) -> list[dict[str, Any]]:
-    """The head's bandwidth runs: per worker each rail alone, then all rails at once; with iperf3
-    (and ``iperf3_reverse``) each also worker -> head. ``client_gid`` is the head's
-    roce_gid_info rails, ``server_gid`` each worker's."""
-    server_gid = server_gid or {}
-    directions = [False, True] if tool == "iperf3" and iperf3_reverse else [False]
-    runs: list[dict[str, Any]] = []
-    for worker in workers:
-        pairs: list[dict[str, Any]] = []
-        for index, rail in enumerate(rails):
-            server = _gid_of(server_gid.get(worker, ()), rail["netdev"])
-            client = _gid_of(client_gid, rail["netdev"])
-            pairs.append(
-                {
-                    "rail": rail["name"],
-                    "netdev": rail["netdev"],
-                    "worker": worker,
-                    # None in a worker's own view (only the head runs them).
-                    "server_ip": rail["peers"].get(worker),
-                    "client_ip": rail["address"],
-                    "port": int(port) + index,
-                    "server_rdma_dev": server.get("rdma_dev"),
-                    "server_gid_index": server.get("gid_index"),
-                    "client_rdma_dev": client.get("rdma_dev"),
-                    "client_gid_index": client.get("gid_index"),
-                }
-            )
-        for pair in pairs:
-            for reverse in directions:
-                runs.append(
-                    {
-                        "worker": worker,
-                        "mode": "single",
-                        "label": pair["rail"],
-                        "reverse": reverse,
-                        "pairs": [pair],
-                    }
-                )
-        if len(pairs) > 1:
-            for reverse in directions:
-                runs.append(
-                    {
-                        "worker": worker,
-                        "mode": "both",
-                        "label": "all rails at once",
-                        "reverse": reverse,
-                        "pairs": pairs,
-                    }
-                )
-    return runs
-
-
 # --- measurements ---------------------------------------------------------------------------
 
 
 def _of_run(measurement: Mapping[str, Any], run: Mapping[str, Any]) -> bool:
+    """Whether ``measurement`` is of a head -> worker ``run`` (one naming its ``worker``, as the
+    runs were before they were over node pairs; fabric_pairs reads those too)."""
     netdevs = [pair["netdev"] for pair in run["pairs"]]
     return bool(
         measurement["worker"] == run["worker"]
@@ -266,29 +207,6 @@ def run_measurements(
             }
         )
     return found
-
-
-def merge_measurements(
-    measurements: Sequence[Mapping[str, Any]],
-    run: Mapping[str, Any],
-    new: Sequence[Mapping[str, Any]],
-) -> list[dict[str, Any]]:
-    """The measurements with ``run``'s replaced by ``new`` (a repeated run replaces its earlier
-    result), earlier ones first."""
-    kept = [dict(m) for m in measurements if not _of_run(m, run)]
-    return kept + [dict(m) for m in new]
-
-
-def runs_without_result(
-    runs: Sequence[Mapping[str, Any]], measurements: Sequence[Mapping[str, Any]]
-) -> list[dict[str, Any]]:
-    """The runs of which some client printed no result: repeated once (a slow rail is a result,
-    and is not repeated)."""
-    again: list[dict[str, Any]] = []
-    for run in runs:
-        if any(_of_run(m, run) and not m["ok"] for m in measurements) and run not in again:
-            again.append(dict(run))
-    return again
 
 
 def fold_bandwidth(

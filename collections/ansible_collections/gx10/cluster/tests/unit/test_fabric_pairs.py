@@ -1,14 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """fabric_pairs: the pair schedule, the runs over it and the judgments naming the bad link.
 
-The two-node case is checked against the recorded head -> worker scenarios of test_fabric_rules
-(fixtures/fabric_rules/recorded.json): the pair filters must give the same runs, figures and
-checks, so `gx10_topology: direct` behaves and reads as before.
+The recorded head -> worker scenarios (fixtures/fabric_rules/recorded.json) are checked in
+test_fabric_rules: the head's pairs give the same runs, figures and checks (two nodes: the same
+runs in the same order), so `gx10_topology: direct` behaves and reads as before.
 """
 
 from __future__ import annotations
 
-import copy
 import itertools
 from typing import Any
 
@@ -17,7 +16,6 @@ import pytest
 from ansible_collections.gx10.cluster.plugins.filter import fabric
 from ansible_collections.gx10.cluster.plugins.module_utils import fabric_pairs as pairs
 from ansible_collections.gx10.cluster.plugins.module_utils import fabric_rules as rules
-from ansible_collections.gx10.cluster.tests.unit.test_fabric_rules import HOSTVARS, SCENARIOS
 
 # --- the schedule ---------------------------------------------------------------------------
 
@@ -258,57 +256,3 @@ def test_measurements_of_a_round_keep_each_pair_and_a_repeat_replaces_them() -> 
     merged = pairs.merge_pair_measurements(first, run, fixed)
     assert merged == fixed
     assert fabric.fabric_pair_runs_without_result(runs, merged) == []
-
-
-# --- two nodes: exactly the head -> worker checks of before ---------------------------------
-
-TWO_NODE_HEADS = sorted(
-    host
-    for host, scenario in SCENARIOS.items()
-    if HOSTVARS[host]["gx10_plan"]["head"] == host
-    and len(HOSTVARS[host]["gx10_plan"]["workers"]) == 1
-)
-
-
-def _without(mapping: dict[str, Any], *keys: str) -> dict[str, Any]:
-    return {key: value for key, value in mapping.items() if key not in keys}
-
-
-@pytest.mark.parametrize("host", TWO_NODE_HEADS)
-def test_two_nodes_run_and_read_as_before(host: str) -> None:
-    v = HOSTVARS[host]
-    out = SCENARIOS[host]["outputs"]
-    plan = v["gx10_plan"]
-    schedule = fabric.fabric_pair_schedule(
-        plan, 1, v["fabric_bandwidth_seconds"], v["fabric_bandwidth_tool"], True
-    )
-    assert schedule["pairs"] == [[host, plan["workers"][0]]]
-    runs = fabric.fabric_pair_runs(
-        schedule,
-        plan,
-        HOSTVARS,
-        v["fabric_bandwidth_tool"],
-        v["fabric_iperf3_reverse"],
-        v["fabric_bandwidth_port"],
-    )
-    assert [
-        {**_without(run, "round", "ends"), "pairs": [_without(p, "client") for p in run["pairs"]]}
-        for run in runs
-    ] == [_without(run, "worker") for run in out["__fabric_runs"]]
-    assert {run["ends"] for run in runs} == {f"{host} <-> {plan['workers'][0]}"}
-    # The recorded measurements, as the pair merge keeps them (each names its client).
-    measured = [{**m, "client": host} for m in copy.deepcopy(v.get("__fabric_measurements", []))]
-    folded = fabric.fabric_pair_bandwidth(measured, plan, schedule, v["fabric_min_rail_gbps"])
-    assert _without(folded, "links", "bad_links") == out["__fabric_bandwidth"]
-    if v["fabric_bandwidth"]:
-        checks = fabric.fabric_pair_bandwidth_checks(
-            measured,
-            plan,
-            schedule,
-            HOSTVARS,
-            v["fabric_bandwidth_tool"],
-            v["fabric_min_rail_gbps"],
-            v["fabric_min_total_gbps"],
-            v["fabric_degraded_band_gbps"],
-        )
-        assert checks == out["__fabric_bandwidth_checks"]

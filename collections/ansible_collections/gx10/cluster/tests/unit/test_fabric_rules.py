@@ -5,6 +5,10 @@ fixtures/fabric_rules/recorded.json is the Jinja's output over a set of scenario
 degraded band, below the minimum, a narrow PCIe link, MTU mismatch, no carrier, several workers,
 no tool, veth), recorded by record_fabric_rules.py. The one deliberate difference is a defect of
 the Jinja: with several workers it judged the bandwidth of the first worker only.
+
+The bandwidth was measured from the head only then; it is over node pairs now (the
+``fabric_pair_*`` filters, module_utils/fabric_pairs.py): the head's pairs of the schedule are the
+recorded head -> worker runs, and give the recorded figures and checks.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gx10.cluster.plugins.filter import fabric
+from ansible_collections.gx10.cluster.plugins.module_utils import fabric_pairs as pairs
 from ansible_collections.gx10.cluster.plugins.module_utils import fabric_rules as rules
 from ansible_collections.gx10.cluster.tests.unit.record_fabric_rules import record
 
@@ -47,21 +52,51 @@ def _rails(host: str) -> list[dict[str, Any]]:
     return rails
 
 
+def _schedule(host: str) -> dict[str, Any]:
+    """Every pair of the scenario's plan (the head's pairs first, as the schedule orders them)."""
+    return fabric.fabric_pair_schedule(HOSTVARS[host]["gx10_plan"])
+
+
 def _bandwidth_checks(host: str) -> list[dict[str, Any]]:
+    """The head's recorded measurements (head -> worker, no ``client``: the head's) judged over
+    node pairs."""
     v = HOSTVARS[host]
     if not v["fabric_bandwidth"]:
         return []
-    return fabric.fabric_bandwidth_checks(
+    return fabric.fabric_pair_bandwidth_checks(
         v.get("__fabric_measurements", []),
-        host,
-        v["gx10_plan"]["workers"],
-        _rails(host),
+        v["gx10_plan"],
+        _schedule(host),
         HOSTVARS,
         v["fabric_bandwidth_tool"],
         v["fabric_min_rail_gbps"],
         v["fabric_min_total_gbps"],
         v["fabric_degraded_band_gbps"],
     )
+
+
+def _without(mapping: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {key: value for key, value in mapping.items() if key not in keys}
+
+
+def _sorted_runs(runs: list[dict[str, Any]]) -> list[str]:
+    return sorted(json.dumps(run, sort_keys=True) for run in runs)
+
+
+def _head_runs(runs: list[dict[str, Any]], head: str) -> list[str]:
+    """Runs over node pairs as the head -> worker runs of before: the head's pairs of each run,
+    without the pair runs' ``client``, ``round`` and ``ends``, with the run's ``worker``."""
+    found: list[dict[str, Any]] = []
+    for run in runs:
+        mine = [
+            {k: v for k, v in pair.items() if k != "client"}
+            for pair in run["pairs"]
+            if pair["client"] == head
+        ]
+        if mine:
+            rest = {k: v for k, v in run.items() if k not in {"round", "ends", "pairs"}}
+            found.append({**rest, "worker": mine[0]["worker"], "pairs": mine})
+    return _sorted_runs(found)
 
 
 @pytest.mark.parametrize("host", sorted(SCENARIOS))
@@ -89,20 +124,32 @@ def test_link_judgments_match_the_recorded_jinja(host: str) -> None:
 def test_bandwidth_judgments_match_the_recorded_jinja(host: str) -> None:
     v = HOSTVARS[host]
     out = SCENARIOS[host]["outputs"]
-    rails = _rails(host)
-    workers = v["gx10_plan"]["workers"]
-    runs = fabric.fabric_runs(
-        rails,
-        workers,
+    plan = v["gx10_plan"]
+    schedule = _schedule(host)
+    runs = fabric.fabric_pair_runs(
+        schedule,
+        plan,
         HOSTVARS,
-        host,
         v["fabric_bandwidth_tool"],
         v["fabric_iperf3_reverse"],
         v["fabric_bandwidth_port"],
     )
-    assert runs == out["__fabric_runs"]
+    assert _head_runs(runs, host) == _sorted_runs(out["__fabric_runs"])
+    if len(plan["workers"]) == 1:  # one pair, one round: the runs of before, in their order
+        assert [
+            {
+                **_without(run, "round", "ends"),
+                "pairs": [_without(p, "client") for p in run["pairs"]],
+            }
+            for run in runs
+        ] == [_without(run, "worker") for run in out["__fabric_runs"]]
+        assert {run["ends"] for run in runs} == {f"{host} <-> {plan['workers'][0]}"}
     measurements = v.get("__fabric_measurements", [])
-    assert fabric.fabric_bandwidth(measurements, workers, rails) == out["__fabric_bandwidth"]
+    folded = fabric.fabric_pair_bandwidth(measurements, plan, schedule, v["fabric_min_rail_gbps"])
+    assert {k: folded[k] for k in ("per_rail", "total")} == out["__fabric_bandwidth"]
+    # Measurements naming their client (as the pair merge keeps them) read the same.
+    named = [{**m, "client": host} for m in measurements]
+    assert fabric.fabric_pair_bandwidth(named, plan, schedule, v["fabric_min_rail_gbps"]) == folded
     checks = _bandwidth_checks(host)
     if host in FIRST_WORKER_ONLY:
         assert checks[: len(out["__fabric_bandwidth_checks"])] == out["__fabric_bandwidth_checks"]
@@ -113,7 +160,7 @@ def test_bandwidth_judgments_match_the_recorded_jinja(host: str) -> None:
 def test_every_worker_bandwidth_is_judged() -> None:
     """Defect of the Jinja: the second worker's 20 Gb/s rail (the stuck band) went unjudged."""
     checks = _bandwidth_checks("multi-a")
-    second = [c for c in checks if "<-> multi-c" in c["name"]]
+    second = [c for c in checks if "multi-a" in c["name"] and "<-> multi-c" in c["name"]]
     assert [c["ok"] for c in second] == [False, True, True]
     assert "the known degraded state" in second[0]["value"]
     assert second[0]["fix"] == rules.DEGRADED_REMEDY
@@ -124,7 +171,7 @@ def test_every_worker_bandwidth_is_judged() -> None:
 @pytest.mark.parametrize("name", sorted(RECORDED["measure"]))
 def test_merge_matches_the_recorded_jinja(name: str) -> None:
     case = RECORDED["measure"][name]["case"]
-    merged = fabric.fabric_merge_measurements(
+    merged = fabric.fabric_pair_merge_measurements(
         case["measurements"], case["run"], case["done"], case["tool"]
     )
     assert merged == RECORDED["measure"][name]["result"]
@@ -133,7 +180,7 @@ def test_merge_matches_the_recorded_jinja(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(RECORDED["again"]))
 def test_retry_matches_the_recorded_jinja(name: str) -> None:
     case = RECORDED["measure"][name]["case"]
-    again = fabric.fabric_runs_without_result(RECORDED["retry_runs"], case["measurements"])
+    again = fabric.fabric_pair_runs_without_result(RECORDED["retry_runs"], case["measurements"])
     assert again == RECORDED["again"][name]
 
 
@@ -334,51 +381,37 @@ def test_bandwidth_checks_branches() -> None:
 
 
 def test_runs_pair_the_gid_of_both_ends() -> None:
-    runs = rules.bandwidth_runs(
-        RAILS2[:1],
-        ["b"],
+    b_rail = {**RAILS2[0], "address": "10.0.0.2", "peers": {"a": "10.0.0.1"}}
+    runs = pairs.pair_runs(
+        [[["a", "b"]]],
+        {"a": RAILS2[:1], "b": [b_rail]},
         tool="ib_write_bw",
         iperf3_reverse=True,
         port=100,
-        client_gid=[{"netdev": "n0", "rdma_dev": "r0", "gid_index": 3}],
-        server_gid={"b": [{"netdev": "n0", "rdma_dev": "s0", "gid_index": 5}]},
+        gid={
+            "a": [{"netdev": "n0", "rdma_dev": "r0", "gid_index": 3}],
+            "b": [{"netdev": "n0", "rdma_dev": "s0", "gid_index": 5}],
+        },
     )
     assert len(runs) == 1  # one rail: no "all rails at once"; ib_write_bw: one direction
     pair = runs[0]["pairs"][0]
+    assert (pair["client"], pair["worker"]) == ("a", "b")
     assert (pair["client_rdma_dev"], pair["client_gid_index"]) == ("r0", 3)
     assert (pair["server_rdma_dev"], pair["server_gid_index"], pair["port"]) == ("s0", 5, 100)
 
 
 def test_the_filters_reject_what_is_not_a_list() -> None:
+    plan = HOSTVARS["healthy-a"]["gx10_plan"]
+    schedule = _schedule("healthy-a")
     with pytest.raises(AnsibleFilterError, match="must be a list"):
-        fabric.fabric_bandwidth("x", [], [])
+        fabric.fabric_pair_bandwidth("x", plan, schedule)
     with pytest.raises(AnsibleFilterError, match="must be a mapping"):
         fabric.fabric_gid_rails([], ["x"])
     with pytest.raises(AnsibleFilterError, match=r"\[low, high\]"):
-        fabric.fabric_bandwidth_checks([], "a", [], [], {}, "iperf3", 1, 2, [1])
+        fabric.fabric_pair_bandwidth_checks([], plan, schedule, {}, "iperf3", 1, 2, [1])
 
 
 # --- the role, through ansible-playbook -------------------------------------------------------
-
-
-def _sorted_runs(runs: list[dict[str, Any]]) -> list[str]:
-    return sorted(json.dumps(run, sort_keys=True) for run in runs)
-
-
-def _head_runs(runs: list[dict[str, Any]], head: str) -> list[str]:
-    """Runs over node pairs as the head -> worker runs of before: the head's pairs of each run,
-    without the pair runs' ``client``, ``round`` and ``ends``, with the run's ``worker``."""
-    found: list[dict[str, Any]] = []
-    for run in runs:
-        mine = [
-            {k: v for k, v in pair.items() if k != "client"}
-            for pair in run["pairs"]
-            if pair["client"] == head
-        ]
-        if mine:
-            rest = {k: v for k, v in run.items() if k not in {"round", "ends", "pairs"}}
-            found.append({**rest, "worker": mine[0]["worker"], "pairs": mine})
-    return _sorted_runs(found)
 
 
 def test_the_role_renders_what_the_jinja_did(tmp_path: Path) -> None:
@@ -433,14 +466,6 @@ def test_the_ping_payload_is_the_plans() -> None:
         "no-fragment 1472-byte ping a -> b 192.168.101.11"
     )
     assert rules.ping_payload(9000) == 8972
-
-
-def test_a_workers_own_view_of_the_runs_does_not_fail() -> None:
-    """Every node templates the include loop before its `when` (head only) is evaluated: on a
-    worker its own name has no peer address (the lab failed here with KeyError 'b')."""
-    worker_view = [{**RAILS2[0], "peers": {"a": "10.0.0.1"}}]
-    runs = rules.bandwidth_runs(worker_view, ["b"], tool="iperf3", iperf3_reverse=False, port=1)
-    assert runs[0]["pairs"][0]["server_ip"] is None
 
 
 def test_on_a_switch_every_peer_is_pinged_and_the_bad_link_is_named() -> None:
