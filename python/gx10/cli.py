@@ -502,8 +502,9 @@ def _add_status(
             "is installed, its state, restarts in the breaker's window, the last restart and its "
             "reason, the breaker, and the GID index per rail (current and pinned at the rank's "
             "start); with more than two nodes, each node's peers (the head's are every worker, a "
-            "worker's the head) with what its agent last heard of each; and the head's /health as this machine sees it (read-only). Exit 0 only when "
-            "every rank runs, the head is healthy and no breaker is open; 2 otherwise."
+            "worker's the head) with what its agent last heard of each; and the head's /health "
+            "as this machine sees it (read-only). Exit 0 only when every rank runs, the head is "
+            "healthy and no breaker is open; 2 otherwise."
         ),
     )
     p.add_argument("-i", "--inventory", required=True, help="inventory file or directory")

@@ -336,7 +336,8 @@ def test_a_report_without_links_is_judged_by_the_heads_figures_as_before() -> No
 
 def test_a_switch_report_gives_the_evidence_play_no_figures() -> None:
     parsed = c.parse_bandwidth_report(switch_report({}))
-    assert parsed.links is not None and len(parsed.links) == 12  # 6 pairs x 2 rails
+    assert parsed.links is not None
+    assert len(parsed.links) == 12  # 6 pairs x 2 rails
     assert parsed.extravars == {}
     assert parsed.figures["gx10-d"] == {RAIL0: 9.5, RAIL1: 9.5}
 

@@ -470,8 +470,8 @@ def rule_gid_moved(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable
                     if _rank_count(plan) <= 2
                     else f"all {_rank_count(plan)} ranks, the workers first,"
                 )
-                + " each rank resolving its index again (last restart `gid-changed:...` in `gx10 status`); if this finding stays, "
-                "read `journalctl -u gx10-pair` on the node",
+                + " each rank resolving its index again (last restart `gid-changed:...` in "
+                "`gx10 status`); if this finding stays, read `journalctl -u gx10-pair` on the node",
             )
             continue
         index = _pinned_index(ev)
