@@ -418,9 +418,10 @@ def _add_doctor(
         "--measure-bandwidth",
         action="store_true",
         help=(
-            "first measure each rail between the head and every worker (fabric.yml, tag "
-            "fabric_bandwidth; ib_write_bw or iperf3 runs for a few seconds per rail) and judge "
-            "the figures too"
+            "first measure each rail between every pair of nodes (fabric.yml, tag "
+            "fabric_bandwidth; ib_write_bw or iperf3 runs for a few seconds per rail; on cables "
+            "the head and its worker) and judge every measured link too, a slow one named by "
+            "its rail and both ends"
         ),
     )
     p.add_argument(
@@ -443,13 +444,15 @@ def _run_doctor(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise Gx10Error(f"cannot read --api-key-file {args.api_key_file}: {exc}") from exc
     measured: dict[str, Any] = {}
+    bandwidth = None
     if args.measure_bandwidth:
-        figures = doctor_collect.measure_bandwidth(
+        bandwidth = doctor_collect.measure_bandwidth_report(
             args.inventory,
             limit=args.limit,
             on_event=ProgressPrinter(err) if args.verbose else None,
         )
-        measured["extravars"] = {"doctor_bandwidth_gbps": figures}
+        if bandwidth.extravars:
+            measured["extravars"] = bandwidth.extravars
     evidences, plan, result = doctor_collect.collect(
         args.inventory,
         limit=args.limit,
@@ -458,6 +461,8 @@ def _run_doctor(args: argparse.Namespace) -> int:
     )
     if result.status == "canceled":
         return EXIT_INTERRUPTED
+    if bandwidth is not None:
+        evidences = bandwidth.attach(evidences)
     evidences = doctor_collect.read_engine_metrics(evidences, plan, api_key=api_key)
     findings = diagnose(evidences, plan)
     if args.json:
@@ -496,8 +501,10 @@ def _add_status(
             "Per node the serving container's state, rank and image; where the pair supervisor "
             "is installed, its state, restarts in the breaker's window, the last restart and its "
             "reason, the breaker, and the GID index per rail (current and pinned at the rank's "
-            "start); and the head's /health as this machine sees it (read-only). Exit 0 only when "
-            "every rank runs, the head is healthy and no breaker is open; 2 otherwise."
+            "start); with more than two nodes, each node's peers (the head's are every worker, a "
+            "worker's the head) with what its agent last heard of each; and the head's /health "
+            "as this machine sees it (read-only). Exit 0 only when every rank runs, the head is "
+            "healthy and no breaker is open; 2 otherwise."
         ),
     )
     p.add_argument("-i", "--inventory", required=True, help="inventory file or directory")

@@ -1,6 +1,8 @@
 """`gx10 status`: is the service whole? Per node the serving container, its rank and image, the
 pair supervisor's account (state, restarts, breaker, GID index per rail), and the head's health
-as the controller sees it.
+as the controller sees it. With more than two nodes each node's peers are listed too (the head's
+are every worker, a worker's is the head), with what its agent last heard of each; two nodes
+show the table they always did.
 
 Reuses the doctor's read-only evidence (playbooks/doctor.yml) so the nodes are asked once, the
 same way. The head's `/health` is not enough on its own: a head whose worker died keeps
@@ -40,6 +42,8 @@ class NodeState:
     # NOT_SUPERVISED or UNREADABLE; its whole report when it gave one.
     supervision_state: str = NOT_SUPERVISED
     supervision: PairReport | None = None
+    # The nodes it works with, in rank order: the head's are every worker, a worker's the head.
+    peers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,8 @@ def judge(
     by_node = {ev.node: ev for ev in evidences}
     nodes: list[NodeState] = []
     problems: list[str] = []
+    entries = sorted(plan.get("nodes", []), key=lambda e: int(e["rank"]))
+    head_name = next((str(e["name"]) for e in entries if int(e["rank"]) == 0), None)
     for entry in plan.get("nodes", []):
         name, role, rank = str(entry["name"]), str(entry["role"]), int(entry["rank"])
         ev = by_node.get(name)
@@ -87,6 +93,11 @@ def judge(
                 image=container.image if container else None,
                 supervision_state=_supervision_state(ev),
                 supervision=ev.pair if ev else None,
+                peers=tuple(
+                    str(e["name"])
+                    for e in entries
+                    if str(e["name"]) != name and (role == "head" or str(e["name"]) == head_name)
+                ),
             )
         )
         if not ev or not ev.reachable:
@@ -135,9 +146,10 @@ def _breaker_problems(nodes: Sequence[NodeState]) -> list[str]:
     if report is None or report.breaker.state != "open":
         return []
     node = report.node if report.role == "head" else f"{report.peer} (as {report.node} heard)"
+    stopped = "the pair stays" if len(nodes) <= 2 else f"all {len(nodes)} ranks stay"
     return [
-        f"{node}: the pair supervisor's breaker is open ({report.breaker.reason}): the pair "
-        "stays stopped until it is reset (`gx10 doctor` names the fix)"
+        f"{node}: the pair supervisor's breaker is open ({report.breaker.reason}): {stopped} "
+        "stopped until it is reset (`gx10 doctor` names the fix)"
     ]
 
 
@@ -172,8 +184,28 @@ def _breaker_cell(report: PairReport) -> str:
     return breaker.state
 
 
+def _peers_cell(node: NodeState) -> str:
+    """Each peer, with its agent's state and how long ago this node's agent heard from it."""
+    report = node.supervision
+    heard = {p.name: p for p in report.peers} if report is not None else {}
+    lines = []
+    for name in node.peers:
+        peer = heard.get(name)
+        if report is None:
+            lines.append(name)
+        elif peer is None:
+            lines.append(f"{name} not in this agent's peers")
+        else:
+            age = "" if peer.age is None else f" ({peer.age:g} s ago)"
+            lines.append(f"{name} {peer.state or 'not heard yet'}{age}")
+    return escape("\n".join(lines)) or "-"
+
+
 def print_status(console: Console, state: ClusterStatus) -> None:
-    """The ranks, then each node's supervision, the head's health, the problems, a verdict."""
+    """The ranks, then each node's supervision, the head's health, the problems, a verdict.
+
+    With more than two nodes the supervision table has a peers column (every worker for the
+    head, the head for a worker); two nodes keep the table without it."""
     ranks = Table(title="gx10 status", show_lines=False)
     for column in ("node", "rank", "role", "container", "image"):
         ranks.add_column(column, overflow="fold")
@@ -187,10 +219,12 @@ def print_status(console: Console, state: ClusterStatus) -> None:
             escape(node.image or "-"),
         )
     console.print(ranks)
+    show_peers = len(state.nodes) > 2
     supervision = Table(title="pair supervision", show_lines=True)
     for column in (
         "node",
         "state",
+        *(("peers (state, last heard)",) if show_peers else ()),
         "generation",
         "restarts in window",
         "last restart",
@@ -200,14 +234,18 @@ def print_status(console: Console, state: ClusterStatus) -> None:
         supervision.add_column(column, overflow="fold")
     for node in state.nodes:
         report = node.supervision
+        peers = (_peers_cell(node),) if show_peers else ()
         if report is None:
-            supervision.add_row(node.node, escape(node.supervision_state), "-", "-", "-", "-", "-")
+            supervision.add_row(
+                node.node, escape(node.supervision_state), *peers, "-", "-", "-", "-", "-"
+            )
             continue
         last = report.last_restart
         copied = " (head's)" if report.source == "head" else ""
         supervision.add_row(
             node.node,
             escape(report.state),
+            *peers,
             _number(report.generation),
             _number(report.restarts_in_window) + copied,
             escape(f"{_when(last.at)} {last.reason}") if last else "-",

@@ -12,6 +12,7 @@ from gx10 import cli
 from gx10.doctor import ContainerEvidence, Evidence
 from gx10.doctor import engine_metrics as em
 from gx10.doctor import rules as r
+from gx10.doctor.collect import BandwidthReport, parse_bandwidth_report
 from gx10.errors import InventoryNotFoundError
 from gx10.provision import HostStats, ProvisionResult
 
@@ -139,9 +140,9 @@ def test_measure_bandwidth_passes_the_figures_to_the_evidence_play(
     calls: list[tuple[str, dict[str, Any]]] = []
     figures = {"gx10-b": {"enP2p1s0f0np0": 0.28, "enp1s0f0np0": 9.8}}
 
-    def fake_measure(inventory: str, **kwargs: Any) -> dict[str, dict[str, float]]:
+    def fake_measure(inventory: str, **kwargs: Any) -> BandwidthReport:
         calls.append(("measure", {"inventory": inventory, **kwargs}))
-        return figures
+        return BandwidthReport(figures)  # two nodes on cables: no links in the report
 
     def fake_collect(
         inventory: str, **kwargs: Any
@@ -156,7 +157,7 @@ def test_measure_bandwidth_passes_the_figures_to_the_evidence_play(
         )
         return [_node("gx10-a", 0), degraded], PLAN, _run()
 
-    monkeypatch.setattr("gx10.doctor.collect.measure_bandwidth", fake_measure)
+    monkeypatch.setattr("gx10.doctor.collect.measure_bandwidth_report", fake_measure)
     monkeypatch.setattr("gx10.doctor.collect.collect", fake_collect)
     code = cli.main(["doctor", "-i", "inventories/lab", "--measure-bandwidth", "--json"])
     assert code == cli.EXIT_FAILED
@@ -212,3 +213,97 @@ def test_an_unreadable_api_key_file_is_a_setup_error(
     assert code == cli.EXIT_ERROR
     assert f"cannot read --api-key-file {tmp_path / 'missing'}" in capsys.readouterr().err
     assert collected["calls"] == []  # refused before any node is asked
+
+
+# --- four nodes on a switch ------------------------------------------------------------------
+
+LAB4 = ["gx10-a", "gx10-b", "gx10-c", "gx10-d"]
+PLAN4: dict[str, Any] = {
+    "head": "gx10-a",
+    "workers": LAB4[1:],
+    "topology": "switch",
+    "nodes": [{"name": n, "rank": i} for i, n in enumerate(LAB4)],
+    "hosts": {n: {"rails": []} for n in LAB4},
+}
+RAIL1 = "enP2p1s0f0np0"
+
+
+def _switch_report(slow: tuple[str, str]) -> dict[str, Any]:
+    """The head's gx10_fabric_bandwidth on four nodes: every pair measured on both rails, one
+    link slow (rail1 between the pair ``slow``)."""
+    links = []
+    for i, node in enumerate(LAB4):
+        for peer in LAB4[i + 1 :]:
+            for rail, netdev, subnet in (("rail0", "enp1s0f0np0", 100), ("rail1", RAIL1, 101)):
+                gbps = 0.3 if (node, peer) == slow and rail == "rail1" else 9.5
+                address = f"192.168.{subnet}.{10 + LAB4.index(peer)}"
+                links.append(
+                    {
+                        "rail": rail,
+                        "netdev": netdev,
+                        "node": node,
+                        "peer": peer,
+                        "address": address,
+                        "gbps": gbps,
+                        "min_gbps": 2.0,
+                        "ok": gbps >= 2.0,
+                    }
+                )
+    return {
+        "schema": 1,
+        "tool": "iperf3",
+        "head": "gx10-a",
+        "per_rail": {w: {"enp1s0f0np0": 9.5, RAIL1: 9.5} for w in LAB4[1:]},
+        "total": {w: 15.0 for w in LAB4[1:]},
+        "links": links,
+        "bad_links": [],
+        "skipped_pairs": [],
+    }
+
+
+def test_measure_bandwidth_on_four_nodes_names_a_slow_link_between_two_workers(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The head's pairs are all fine: only the link gx10-b -> gx10-c is slow, and the doctor
+    names it by its rail and both ends (it judges the report's links, not only per_rail)."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+    report = parse_bandwidth_report(_switch_report(slow=("gx10-b", "gx10-c")))
+
+    def fake_measure(inventory: str, **kwargs: Any) -> BandwidthReport:
+        calls.append(("measure", {"inventory": inventory, **kwargs}))
+        return report
+
+    def fake_collect(
+        inventory: str, **kwargs: Any
+    ) -> tuple[list[Evidence], dict[str, Any], ProvisionResult]:
+        calls.append(("collect", {"inventory": inventory, **kwargs}))
+        nodes = [
+            _node(n, i, bandwidth_min_gbps=2.0, bandwidth_degraded_band=(0.1, 0.5))
+            for i, n in enumerate(LAB4)
+        ]
+        return nodes, PLAN4, _run()
+
+    monkeypatch.setattr("gx10.doctor.collect.measure_bandwidth_report", fake_measure)
+    monkeypatch.setattr("gx10.doctor.collect.collect", fake_collect)
+    monkeypatch.setenv("COLUMNS", "240")
+    code = cli.main(["doctor", "-i", "inventories/lab4", "--measure-bandwidth", "--json"])
+    assert code == cli.EXIT_FAILED
+    # The links hold the head's pairs too: the per_rail figures are not judged a second time.
+    assert "extravars" not in calls[1][1]
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert [(f["code"], f["node"]) for f in findings] == [(r.BANDWIDTH_DEGRADED, "gx10-c")]
+    assert findings[0]["summary"].startswith("rail1 gx10-b -> gx10-c 192.168.101.12 measured 0.30")
+    assert findings[0]["evidence"] == (
+        f"rail1 gx10-b -> gx10-c 192.168.101.12: 0.30 Gb/s < 2 Gb/s ({RAIL1})"
+    )
+
+    assert cli.main(["doctor", "-i", "inventories/lab4", "--measure-bandwidth"]) == 2
+    assert "rail1 gx10-b -> gx10-c 192.168.101.12" in capsys.readouterr().out
+
+
+def test_doctor_help_says_every_pair_of_nodes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["doctor", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "between every pair of nodes" in text
+    assert "head and every worker" not in text

@@ -7,6 +7,7 @@
 from gx10.doctor.pair import PairReport
 from gx10.doctor.render import findings_json, print_findings
 from gx10.doctor.rules import (
+    BandwidthLink,
     ContainerEvidence,
     Evidence,
     Finding,
@@ -16,6 +17,7 @@ from gx10.doctor.rules import (
 )
 
 __all__ = [
+    "BandwidthLink",
     "ContainerEvidence",
     "Evidence",
     "Finding",

@@ -21,7 +21,13 @@ from typing import Any
 
 from gx10.doctor import engine_metrics
 from gx10.doctor.pair import PairReport, PairReportError, parse_pair_report
-from gx10.doctor.rules import ContainerEvidence, Evidence, KnownFault, RailEvidence
+from gx10.doctor.rules import (
+    BandwidthLink,
+    ContainerEvidence,
+    Evidence,
+    KnownFault,
+    RailEvidence,
+)
 from gx10.errors import Gx10Error
 from gx10.provision import EventHandler, ProvisionResult, provision
 
@@ -78,6 +84,34 @@ def collect(
     return evidences, plan, result
 
 
+@dataclasses.dataclass(frozen=True)
+class BandwidthReport:
+    """The head's ``gx10_fabric_bandwidth`` report as the doctor judges it.
+
+    ``figures``: ``per_rail``, {worker: {netdev: Gb/s}} of the head's pairs (a rail whose
+    measurement failed has no figure). ``links``: every measured pair and rail (the report's
+    ``links``, which the fabric role adds on a switch), None for a report without them (cables,
+    or a collection from before N nodes): then only ``figures`` is judged. ``skipped``: the
+    pairs the bandwidth budget left out, as [node, peer].
+    """
+
+    figures: dict[str, dict[str, float]]
+    links: tuple[BandwidthLink, ...] | None = None
+    skipped: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def extravars(self) -> dict[str, Any]:
+        """What doctor.yml is given: the head's figures, when the links are not judged instead
+        (they hold the head's pairs too, named by both ends)."""
+        return {"doctor_bandwidth_gbps": self.figures} if self.links is None else {}
+
+    def attach(self, evidences: Sequence[Evidence]) -> list[Evidence]:
+        """The evidences with the links (see `attach_bandwidth_links`); unchanged without."""
+        if self.links is None:
+            return list(evidences)
+        return attach_bandwidth_links(evidences, self.links, self.skipped)
+
+
 def measure_bandwidth(
     inventory: str,
     *,
@@ -87,9 +121,20 @@ def measure_bandwidth(
     """Run the fabric role's bandwidth measurement (fabric.yml, tag fabric_bandwidth).
 
     Returns {worker: {netdev: Gb/s}} as the head's ``gx10_fabric_bandwidth`` report gives it,
-    ready for doctor.yml's ``doctor_bandwidth_gbps``. A rail whose measurement failed has no
-    figure. Raises Gx10Error when the run produced no report.
+    ready for doctor.yml's ``doctor_bandwidth_gbps``: the head's pairs only
+    (`measure_bandwidth_report` has every link). Raises Gx10Error when the run produced no report.
     """
+    return measure_bandwidth_report(inventory, limit=limit, on_event=on_event).figures
+
+
+def measure_bandwidth_report(
+    inventory: str,
+    *,
+    limit: str | None = None,
+    on_event: EventHandler | None = None,
+) -> BandwidthReport:
+    """Run the fabric role's bandwidth measurement (fabric.yml, tag fabric_bandwidth) and read
+    the head's report (`parse_bandwidth_report`). Raises Gx10Error when the run produced none."""
     report: dict[str, Any] = {}
 
     def keep(event: dict[str, Any]) -> None:
@@ -119,11 +164,79 @@ def measure_bandwidth(
             + (f" ({reasons})" if reasons else "")
             + f"; artifacts in {result.artifact_dir}"
         )
+    return parse_bandwidth_report(report)
+
+
+def parse_bandwidth_report(report: Mapping[str, Any]) -> BandwidthReport:
+    """The fabric role's ``gx10_fabric_bandwidth`` as a `BandwidthReport`. A report without a
+    ``links`` list (two nodes on cables, an older collection) gives ``links`` None; a malformed
+    link entry is left out."""
     per_rail = report.get("per_rail")
     figures: dict[str, dict[str, float]] = {}
     for worker, rails in per_rail.items() if isinstance(per_rail, Mapping) else []:
         figures[str(worker)] = _bandwidth(rails)
-    return figures
+    raw_links = report.get("links")
+    if not isinstance(raw_links, Sequence) or isinstance(raw_links, str):
+        return BandwidthReport(figures)
+    links = tuple(
+        BandwidthLink(
+            rail=str(link.get("rail") or link["netdev"]),
+            netdev=str(link["netdev"]),
+            node=str(link["node"]),
+            peer=str(link["peer"]),
+            address=str(link.get("address") or "?"),
+            gbps=_float(link.get("gbps")),
+            min_gbps=_float(link.get("min_gbps")),
+        )
+        for link in _mappings(raw_links)
+        if all(link.get(key) not in (None, "") for key in ("netdev", "node", "peer"))
+    )
+    skipped = tuple(
+        (str(pair[0]), str(pair[1]))
+        for pair in _sequence(report.get("skipped_pairs"))
+        if isinstance(pair, Sequence) and not isinstance(pair, str) and len(pair) == 2
+    )
+    return BandwidthReport(figures, links, skipped)
+
+
+def attach_bandwidth_links(
+    evidences: Sequence[Evidence],
+    links: Iterable[BandwidthLink],
+    skipped: Iterable[tuple[str, str]] = (),
+) -> list[Evidence]:
+    """Give each link to its peer end's evidence (the worker end of a head's pair, as the head's
+    figures are), or its node end's where the peer gave none; a link with neither end here (out
+    of --limit) is left out. A link without a result, and a pair the bandwidth budget skipped,
+    is a problem of that node (incomplete evidence), not a figure."""
+    by_node = {ev.node: ev for ev in evidences}
+    found: dict[str, list[BandwidthLink]] = {}
+    problems: dict[str, list[str]] = {}
+    for link in links:
+        owner = link.peer if link.peer in by_node else link.node
+        if owner not in by_node:
+            continue
+        found.setdefault(owner, []).append(link)
+        if link.gbps is None:
+            problems.setdefault(owner, []).append(
+                f"bandwidth of {link.ends} ({link.netdev}) not measured: the tool gave no result"
+            )
+    for node, peer in skipped:
+        owner = peer if peer in by_node else node
+        if owner in by_node:
+            problems.setdefault(owner, []).append(
+                f"bandwidth between {node} and {peer} not measured: "
+                "fabric_bandwidth_budget_seconds skipped the pair"
+            )
+    return [
+        dataclasses.replace(
+            ev,
+            bandwidth_links=(*ev.bandwidth_links, *found.get(ev.node, [])),
+            problems=(*ev.problems, *problems.get(ev.node, [])),
+        )
+        if ev.node in found or ev.node in problems
+        else ev
+        for ev in evidences
+    ]
 
 
 class _Gatherer:
@@ -478,6 +591,12 @@ def _memlock_unlimited(ulimits: object) -> bool:
         str(u.get("Name")) == "memlock" and _int(u.get("Soft")) == -1 and _int(u.get("Hard")) == -1
         for u in _mappings(ulimits)
     )
+
+
+def _sequence(value: object) -> Sequence[Any]:
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return value
+    return []
 
 
 def _mappings(value: object) -> Iterable[Mapping[str, Any]]:

@@ -10,6 +10,10 @@ rail the RoCE v2 GID index pinned at this rank's start next to the one the node'
 A worker's agent does not keep the breaker: it reports the head's restarts and breaker as the
 head last told it (``source: head``), so the head's report is the one to believe when there is
 one.
+
+The head's agent supervises every worker, so its peers are the workers (in rank order) and each
+worker's peer is the head: ``peers`` lists them all with what the agent last heard of each. An
+agent from before N nodes gave only ``peer``; it reads as a one-peer list.
 """
 
 from __future__ import annotations
@@ -57,6 +61,15 @@ class PairBreaker:
 
 
 @dataclass(frozen=True, slots=True)
+class PairPeer:
+    """One of the agent's peers as it last heard of it."""
+
+    name: str
+    state: str | None  # the peer agent's state in its last heartbeat; None: not heard yet
+    age: float | None  # seconds since that heartbeat
+
+
+@dataclass(frozen=True, slots=True)
 class PairReport:
     node: str
     role: str  # head or worker
@@ -69,9 +82,11 @@ class PairReport:
     gid: tuple[PairGid, ...]
     gid_error: str | None  # why the agent's resolver could not read a rail now
     source: str  # "local" (the head's own records) or "head" (a worker's copy of them)
+    # A worker's head; the head's stalest worker (every one is in peers).
     peer: str | None
     peer_age: float | None  # seconds since the peer's last heartbeat
     agent: str | None = None  # the agent's path on the node, for the commands a fix names
+    peers: tuple[PairPeer, ...] = ()  # every peer, in rank order
 
     @property
     def supervising(self) -> bool:
@@ -121,6 +136,7 @@ def parse_pair_report(output: object, agent: str | None = None) -> PairReport:
         peer=_text(peer.get("name")),
         peer_age=_float(peer.get("age")),
         agent=agent,
+        peers=_peers(loaded.get("peers"), peer),
     )
 
 
@@ -140,6 +156,16 @@ def _float(value: object) -> float | None:
 
 def _text(value: object) -> str | None:
     return str(value) if value not in (None, "") else None
+
+
+def _peers(value: object, peer: Mapping[str, Any]) -> tuple[PairPeer, ...]:
+    """``peers`` (schema 2 agents), else the one ``peer`` of an agent from before them."""
+    listed = [p for p in _list(value) if isinstance(p, Mapping) and _text(p.get("name"))]
+    if not listed and _text(peer.get("name")):
+        listed = [peer]
+    return tuple(
+        PairPeer(str(p["name"]), _text(p.get("state")), _float(p.get("age"))) for p in listed
+    )
 
 
 def _gid(rail: Mapping[str, Any]) -> PairGid:

@@ -109,6 +109,27 @@ class KnownFault:
 
 
 @dataclass(frozen=True)
+class BandwidthLink:
+    """One measured link of the fabric role's report (``links``): the rail between two nodes,
+    measured from ``node`` (the earlier in rank order) to ``peer`` at ``address`` (the peer's
+    address on the rail). ``gbps`` None: the tool gave no result; ``min_gbps`` the threshold the
+    fabric role judged it by."""
+
+    rail: str
+    netdev: str
+    node: str
+    peer: str
+    address: str
+    gbps: float | None
+    min_gbps: float | None = None
+
+    @property
+    def ends(self) -> str:
+        """``<rail> <node> -> <peer> <address>``, as the report's ``bad_links`` names it."""
+        return f"{self.rail} {self.node} -> {self.peer} {self.address}"
+
+
+@dataclass(frozen=True)
 class Evidence:
     """What one node showed. Optional parts are None (or empty) when not gathered."""
 
@@ -121,6 +142,9 @@ class Evidence:
     gid_mode: str | None = None  # nccl_env_mode: pinned or auto
     containers: tuple[ContainerEvidence, ...] = ()
     bandwidth_gbps: Mapping[str, float] = field(default_factory=dict)  # netdev -> Gb/s
+    # The measured links that end at this node (it is their ``peer``, or their ``node`` where the
+    # peer gave no evidence), from a report that lists every pair (the fabric role's ``links``).
+    bandwidth_links: tuple[BandwidthLink, ...] = ()
     # What the bandwidth is judged by (the inventory's fabric_min_rail_gbps and
     # fabric_degraded_band_gbps); None: fabric_rules' defaults (80, 8-25 Gb/s).
     bandwidth_min_gbps: float | None = None
@@ -440,9 +464,14 @@ def rule_gid_moved(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable
                 + ", ".join(f"{g.netdev} {_index_text(g.current)}" for g in ev.pair.gid)
                 + f"; agent {ev.pair.state}",
                 "nothing to do: the pair supervisor sees the move on its next two checks (every "
-                "heartbeat) and restarts the pair, worker first, each rank resolving its index "
-                "again (last restart `gid-changed:...` in `gx10 status`); if this finding stays, "
-                "read `journalctl -u gx10-pair` on the node",
+                "heartbeat) and restarts "
+                + (
+                    "the pair, worker first,"
+                    if _rank_count(plan) <= 2
+                    else f"all {_rank_count(plan)} ranks, the workers first,"
+                )
+                + " each rank resolving its index again (last restart `gid-changed:...` in "
+                "`gx10 status`); if this finding stays, read `journalctl -u gx10-pair` on the node",
             )
             continue
         index = _pinned_index(ev)
@@ -462,8 +491,13 @@ def rule_gid_moved(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable
                 "; ".join(_show_table(dev, ev.gid_tables[dev]) for _n, dev, _i in moved_rails),
                 "not supervised, so nothing restarts the ranks: rerun the NCCL stage (`gx10 "
                 "provision -i INV -p nccl.yml`, each node's index from its own table into "
-                "/etc/gx10/nccl.env), then the serve stage (`-p serve.yml`), which restarts both "
-                "ranks, worker first; vllm_supervisor_enabled: true does this by itself",
+                "/etc/gx10/nccl.env), then the serve stage (`-p serve.yml`), which restarts "
+                + (
+                    "both ranks, worker first;"
+                    if _rank_count(plan) <= 2
+                    else f"all {_rank_count(plan)} ranks, the workers first;"
+                )
+                + " vllm_supervisor_enabled: true does this by itself",
             )
 
 
@@ -499,6 +533,48 @@ def rule_bandwidth(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable
                     ev.node,
                     f"rail {netdev} runs at {gbps:.2f} Gb/s, below {minimum:g}",
                     f"{netdev}: {gbps:.2f} Gb/s measured",
+                    cast(str, fabric.LOW_REMEDY),
+                )
+
+
+def rule_bandwidth_links(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+    """Every measured link of a report that lists them (the fabric role's ``links``: every node
+    pair and rail on a switch), named by both ends and the rail as the report's ``bad_links``
+    names it, on the node the link is attached to (its peer end). A link without a result is
+    incomplete evidence (collect puts it in the node's problems), not judged here. Judged with
+    the threshold the fabric role judged it by, else the node's."""
+    fabric = _fabric()
+    classify = cast(Callable[[float, float, tuple[float, float]], str], fabric.classify_bandwidth)
+    for ev in evs:
+        band = ev.bandwidth_degraded_band or cast(tuple[float, float], fabric.DEGRADED_BAND_GBPS)
+        low, high = band
+        for link in ev.bandwidth_links:
+            if link.gbps is None:
+                continue
+            minimum = link.min_gbps
+            if minimum is None:
+                minimum = ev.bandwidth_min_gbps
+            if minimum is None:
+                minimum = cast(float, fabric.PER_RAIL_MIN_GBPS)
+            status = classify(link.gbps, minimum, band)
+            measured = f"{link.ends}: {link.gbps:.2f} Gb/s < {minimum:g} Gb/s ({link.netdev})"
+            if status == "degraded_known":
+                yield Finding(
+                    BANDWIDTH_DEGRADED,
+                    "error",
+                    ev.node,
+                    f"{link.ends} measured {link.gbps:.2f} Gb/s, in the {low:g}-{high:g} Gb/s "
+                    "band of the known ConnectX-7 stuck state",
+                    measured,
+                    cast(str, fabric.DEGRADED_REMEDY),
+                )
+            elif status == "low":
+                yield Finding(
+                    BANDWIDTH_LOW,
+                    "error",
+                    ev.node,
+                    f"{link.ends} runs at {link.gbps:.2f} Gb/s, below {minimum:g}",
+                    measured,
                     cast(str, fabric.LOW_REMEDY),
                 )
 
@@ -597,6 +673,7 @@ def rule_peer_gone(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable
     if head not in by_node:
         return
     head_up = _serving(by_node[head])
+    running: list[str] = []
     for worker in workers:
         ev = by_node.get(worker)
         if ev is None:
@@ -612,20 +689,27 @@ def rule_peer_gone(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable
                 "the tensor-parallel group is broken and requests hang or fail: " + _RESTART_ORDER,
             )
         if worker_up and not head_up:
-            yield Finding(
-                HEAD_GONE,
-                "error",
-                head,
-                f"worker {worker} runs but the head {head} has no running container",
-                _container_states(by_node[head]),
-                "the worker waits for a head that is gone: " + _RESTART_ORDER,
-            )
+            running.append(worker)
+    if running:
+        # One finding for the head, naming every worker left waiting for it.
+        many = len(running) > 1
+        yield Finding(
+            HEAD_GONE,
+            "error",
+            head,
+            f"worker{'s' if many else ''} {', '.join(running)} run{'' if many else 's'} but the "
+            f"head {head} has no running container",
+            _container_states(by_node[head]),
+            f"the worker{'s wait' if many else ' waits'} for a head that is gone: "
+            + _RESTART_ORDER,
+        )
 
 
 def rule_supervision_tripped(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
-    """SUPERVISION_TRIPPED: the head's breaker is open, so the pair stays stopped.
+    """SUPERVISION_TRIPPED: the head's breaker is open, so every rank stays stopped.
 
-    The breaker is the head's: its own report, or where it gave none, a worker's copy of it.
+    The breaker is the head's (one for the whole group, however many nodes): its own report, or
+    where it gave none, a worker's copy of it.
     """
     reports = [ev.pair for ev in _reachable(evs) if ev.pair is not None]
     head = next((p for p in reports if p.role == "head"), None)
@@ -636,20 +720,31 @@ def rule_supervision_tripped(evs: Sequence[Evidence], plan: Mapping[str, Any]) -
     seen = "" if report.role == "head" else f" (as {report.node} last heard from its head)"
     last = report.last_restart
     agent = (head.agent if head else None) or report.agent or "gx10-pair"
+    ranks = _rank_count(plan)
     yield Finding(
         SUPERVISION_TRIPPED,
         "error",
         node,
-        "the pair supervisor's breaker is open: both ranks are stopped and nothing starts "
-        "them again, across reboots, until it is reset",
+        "the pair supervisor's breaker is open: "
+        + ("both ranks are" if ranks <= 2 else f"all {ranks} ranks are")
+        + " stopped and nothing starts them again, across reboots, until it is reset",
         f"breaker: {report.breaker.reason or 'no reason recorded'}{seen}; "
         f"{_count(report.restarts_in_window)} restart(s) in the window"
         + (f"; last: {last.reason}" if last else ""),
-        "read why the starts failed (`journalctl -u gx10-pair -u gx10-vllm-rank` on both "
-        "nodes, the reason above), fix the config it names, then re-run the serve stage "
+        "read why the starts failed (`journalctl -u gx10-pair -u gx10-vllm-rank` on "
+        + ("both nodes" if ranks <= 2 else "every node")
+        + ", the reason above), fix the config it names, then re-run the serve stage "
         f"(`gx10 provision -i INV -p serve.yml`: it rewrites the config and resets the breaker), "
         f"or, for a fix made on the nodes, run `{agent} reset` on the head",
     )
+
+
+def _rank_count(plan: Mapping[str, Any]) -> int:
+    """How many ranks the plan has (its nodes; else the head and its workers)."""
+    nodes = plan.get("nodes")
+    if isinstance(nodes, Sequence) and nodes:
+        return len(nodes)
+    return 1 + len(plan.get("workers") or [])
 
 
 def _count(value: int | None) -> str:
@@ -796,6 +891,7 @@ RULES: tuple[Rule, ...] = (
     rule_pinned_literal,
     rule_gid_moved,
     rule_bandwidth,
+    rule_bandwidth_links,
     rule_pcie_width,
     rule_mtu,
     rule_containers,
