@@ -21,6 +21,7 @@ import pytest
 from labtools import ROOT, node_sh, rank_container
 
 from gx10 import ProvisionResult, lab, provision
+from gx10.doctor.collect import parse_bandwidth_report
 
 LAB4 = ROOT / "inventories" / "lab4"
 CFG4 = lab.LabConfig.sized(4)
@@ -182,6 +183,15 @@ def test_a_throttled_node_is_named_on_each_of_its_links(converged: ProvisionResu
         assert measured.endswith(f"< {report['min_rail_gbps']:g} Gb/s"), line
     text = _messages(result)
     assert "rail0" not in text.replace("rail0 + rail1", ""), text
+    # gx10 doctor reads the same report link by link: the same three slow links, by both ends.
+    slow = {
+        (link.rail, link.node, link.peer)
+        for link in parse_bandwidth_report(report).links or ()
+        if link.gbps is not None and link.min_gbps is not None and link.gbps < link.min_gbps
+    }
+    assert {(rail, *sorted((a, b))) for rail, a, b in slow} == {
+        ("rail1", *sorted((node, peer))) for peer in CFG4.nodes if peer != node
+    }, slow
 
 
 def test_the_workers_copy_down_the_chain_the_head_sending_the_checkpoint_once(
@@ -257,5 +267,13 @@ def test_supervised_a_crashed_rank_restarts_all_four_workers_first(supervised4: 
     last = json.dumps(_agent_state(HEAD).get("last_restart"))
     assert "worker-rank-inactive" in last, last
     assert "gx10-d" in last, last
+    # gx10 status: the head's agent lists every worker as a peer, each worker the head.
+    status = subprocess.run(
+        [sys.executable, "-m", "gx10", "status", "-i", str(LAB4), "--json"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert status.returncode == 0, status.stdout + status.stderr
+    peers = {n["node"]: n["peers"] for n in json.loads(status.stdout)["nodes"]}
+    assert peers == {HEAD: list(WORKERS), **{w: [HEAD] for w in WORKERS}}, peers
     smoke = provision(LAB4, "smoke.yml")
     assert smoke.ok, _messages(smoke)
