@@ -17,6 +17,7 @@ from labtools import LAB_INVENTORY, node_sh
 from gx10 import ProvisionResult, lab, provision
 
 SHARED_CONVERGE = (
+    "test_site.py",
     "test_clients.py",
     "test_metrics.py",
     "test_gateway.py",

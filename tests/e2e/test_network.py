@@ -214,6 +214,18 @@ def test_bad_plan_fails_clearly_and_changes_nothing(
     assert snapshot() == before, f"{case}: the nodes' network changed"
 
 
+def test_preflight_reports_a_rail_without_carrier(rail_down: tuple[str, str]) -> None:
+    """(Here, not with the read-only files: a rail that goes down and up may move its GIDs.)"""
+    node, netdev = rail_down
+    result = provision(LAB_INVENTORY, "site.yml")
+    assert not result.ok
+    messages = {t.host: t.message for t in result.failed_tasks}
+    assert f"{node}: rail carrier: found no carrier on {netdev}" in messages[node], messages
+    # A cable with one end down has no carrier at either end: the peer reports it too.
+    assert f"gx10-a: rail carrier: found no carrier on {netdev}" in messages["gx10-a"], messages
+    assert "enp1s0f0np0" not in messages[node]
+
+
 @pytest.fixture
 def rail1_icmp_dropped(converged: ProvisionResult) -> Iterator[None]:
     """gx10-b drops every ICMP packet arriving on rail1, as a misconfigured firewall would."""
