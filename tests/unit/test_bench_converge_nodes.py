@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from bench_scripts import load_bench
 
 from gx10 import lab
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load() -> Any:
-    path = ROOT / "bench/converge_nodes.py"
-    spec = importlib.util.spec_from_file_location("bench_converge_nodes", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-converge_nodes = _load()
+converge_nodes = load_bench("converge_nodes")
 
 
 class FakeLab:

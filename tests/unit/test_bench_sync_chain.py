@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_scripts import load_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_sync_chain", ROOT / "bench/sync_chain.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-sync_chain = _load()
+sync_chain = load_bench("sync_chain")
 TOTAL = 1_000_000
 
 

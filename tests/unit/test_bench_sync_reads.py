@@ -7,7 +7,6 @@ machine's kernel doing the counting.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,24 +18,14 @@ from typing import Any
 
 import pytest
 import yaml
+from bench_scripts import load_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 
 
-def _load(name: str) -> Any:
-    """A bench script as a module (bench/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-sync_reads = _load("sync_reads")
-io_wrapper = _load("sync_reads_io")
+sync_reads = load_bench("sync_reads")
+io_wrapper = load_bench("sync_reads_io")
 
 # What an AnsiballZ payload holds, as far as the wrapper reads it: the module's name and its
 # arguments; and then it runs (here: reads a file, prints, exits 3).

@@ -505,36 +505,65 @@ def _index_text(index: int | None) -> str:
     return "none" if index is None else str(index)
 
 
-def rule_bandwidth(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
+def _bandwidth_finding(
+    node: str,
+    what: str,
+    *,
+    gbps: float,
+    minimum: float,
+    band: tuple[float, float],
+    evidence: tuple[str, str],
+) -> Finding | None:
+    """A rail or link (`what`) measured at `gbps` against `minimum`: the finding, if any, with
+    `evidence` (for the stuck-state band, for a low figure)."""
     fabric = _fabric()
     classify = cast(Callable[[float, float, tuple[float, float]], str], fabric.classify_bandwidth)
+    status = classify(gbps, minimum, band)
+    low, high = band
+    if status == "degraded_known":
+        return Finding(
+            BANDWIDTH_DEGRADED,
+            "error",
+            node,
+            f"{what} measured {gbps:.2f} Gb/s, in the {low:g}-{high:g} Gb/s "
+            "band of the known ConnectX-7 stuck state",
+            evidence[0],
+            cast(str, fabric.DEGRADED_REMEDY),
+        )
+    if status == "low":
+        return Finding(
+            BANDWIDTH_LOW,
+            "error",
+            node,
+            f"{what} runs at {gbps:.2f} Gb/s, below {minimum:g}",
+            evidence[1],
+            cast(str, fabric.LOW_REMEDY),
+        )
+    return None
+
+
+def _band(ev: Evidence) -> tuple[float, float]:
+    return ev.bandwidth_degraded_band or cast(tuple[float, float], _fabric().DEGRADED_BAND_GBPS)
+
+
+def rule_bandwidth(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
     for ev in _reachable(evs):
         minimum = ev.bandwidth_min_gbps
         if minimum is None:
-            minimum = cast(float, fabric.PER_RAIL_MIN_GBPS)
-        band = ev.bandwidth_degraded_band or cast(tuple[float, float], fabric.DEGRADED_BAND_GBPS)
-        low, high = band
+            minimum = cast(float, _fabric().PER_RAIL_MIN_GBPS)
         for netdev, gbps in sorted(ev.bandwidth_gbps.items()):
-            status = classify(gbps, minimum, band)
-            if status == "degraded_known":
-                yield Finding(
-                    BANDWIDTH_DEGRADED,
-                    "error",
-                    ev.node,
-                    f"rail {netdev} measured {gbps:.2f} Gb/s, in the {low:g}-{high:g} Gb/s "
-                    "band of the known ConnectX-7 stuck state",
-                    f"{netdev}: {gbps:.2f} Gb/s measured, at least {minimum:g} expected",
-                    cast(str, fabric.DEGRADED_REMEDY),
-                )
-            elif status == "low":
-                yield Finding(
-                    BANDWIDTH_LOW,
-                    "error",
-                    ev.node,
-                    f"rail {netdev} runs at {gbps:.2f} Gb/s, below {minimum:g}",
-                    f"{netdev}: {gbps:.2f} Gb/s measured",
-                    cast(str, fabric.LOW_REMEDY),
-                )
+            measured = f"{netdev}: {gbps:.2f} Gb/s measured"
+            evidence = (f"{measured}, at least {minimum:g} expected", measured)
+            finding = _bandwidth_finding(
+                ev.node,
+                f"rail {netdev}",
+                gbps=gbps,
+                minimum=minimum,
+                band=_band(ev),
+                evidence=evidence,
+            )
+            if finding is not None:
+                yield finding
 
 
 def rule_bandwidth_links(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
@@ -543,11 +572,7 @@ def rule_bandwidth_links(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> It
     names it, on the node the link is attached to (its peer end). A link without a result is
     incomplete evidence (collect puts it in the node's problems), not judged here. Judged with
     the threshold the fabric role judged it by, else the node's."""
-    fabric = _fabric()
-    classify = cast(Callable[[float, float, tuple[float, float]], str], fabric.classify_bandwidth)
     for ev in evs:
-        band = ev.bandwidth_degraded_band or cast(tuple[float, float], fabric.DEGRADED_BAND_GBPS)
-        low, high = band
         for link in ev.bandwidth_links:
             if link.gbps is None:
                 continue
@@ -555,28 +580,18 @@ def rule_bandwidth_links(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> It
             if minimum is None:
                 minimum = ev.bandwidth_min_gbps
             if minimum is None:
-                minimum = cast(float, fabric.PER_RAIL_MIN_GBPS)
-            status = classify(link.gbps, minimum, band)
+                minimum = cast(float, _fabric().PER_RAIL_MIN_GBPS)
             measured = f"{link.ends}: {link.gbps:.2f} Gb/s < {minimum:g} Gb/s ({link.netdev})"
-            if status == "degraded_known":
-                yield Finding(
-                    BANDWIDTH_DEGRADED,
-                    "error",
-                    ev.node,
-                    f"{link.ends} measured {link.gbps:.2f} Gb/s, in the {low:g}-{high:g} Gb/s "
-                    "band of the known ConnectX-7 stuck state",
-                    measured,
-                    cast(str, fabric.DEGRADED_REMEDY),
-                )
-            elif status == "low":
-                yield Finding(
-                    BANDWIDTH_LOW,
-                    "error",
-                    ev.node,
-                    f"{link.ends} runs at {link.gbps:.2f} Gb/s, below {minimum:g}",
-                    measured,
-                    cast(str, fabric.LOW_REMEDY),
-                )
+            finding = _bandwidth_finding(
+                ev.node,
+                link.ends,
+                gbps=link.gbps,
+                minimum=minimum,
+                band=_band(ev),
+                evidence=(measured, measured),
+            )
+            if finding is not None:
+                yield finding
 
 
 def rule_pcie_width(evs: Sequence[Evidence], plan: Mapping[str, Any]) -> Iterable[Finding]:
