@@ -16,7 +16,7 @@ name: boot_phase_errors
 short_description: The problems of a per-phase boot timeout mapping, empty when it is good
 description:
   - Checks a mapping of boot phase to seconds (C(vllm_serve_phase_timeouts)) the way the
-    C(gx10.cluster.container_wait) module will use it: each key a phase of vLLM's boot (start,
+    C(gx10.cluster.container_wait) module will use it; each key a phase of vLLM's boot (start,
     weights, compile, graph_capture, api), each value an integer number of seconds of at least 1.
     The serve stage checks it before it stops or starts anything.
 options:

@@ -14,7 +14,7 @@ description:
     C(<sys_root>/kernel/kexec_crash_size).
   - Returns the faults of the collection's known-bad builds table
     (C(plugins/module_utils/host_faults.py)) that the node shows, each with its evidence, the
-    fix and the field reports it follows. It never fails for a fault: the caller judges.
+    fix and the field reports it follows. It never fails for a fault; the caller judges.
   - Read-only; supports check mode.
 options:
   ignore:

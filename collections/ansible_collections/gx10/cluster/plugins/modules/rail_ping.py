@@ -15,7 +15,7 @@ description:
     MTU anywhere on the path fails instead of fragmenting.
   - With I(settle), unanswered pairs are tried again once a second until that many seconds have
     passed (links that networkd or NetworkManager configure asynchronously).
-  - Never fails for an unanswered ping: it returns one result per pair and the caller judges them
+  - Never fails for an unanswered ping; it returns one result per pair and the caller judges them
     (the rail_network role's verify step, the fabric role's link checks).
   - Read-only; supports check mode.
 options:
