@@ -512,7 +512,8 @@ def test_measure_bandwidth_reads_the_heads_report(monkeypatch: pytest.MonkeyPatc
         return _result({"gx10-a": HostStats(ok=9)})
 
     monkeypatch.setattr(c, "provision", fake_provision)
-    assert c.measure_bandwidth("inv", limit="gx10-b") == {"gx10-b": {RAIL0: 9.79, RAIL1: 0.28}}
+    figures = c.measure_bandwidth_report("inv", limit="gx10-b").figures
+    assert figures == {"gx10-b": {RAIL0: 9.79, RAIL1: 0.28}}
     assert calls[0]["playbook"] == "fabric.yml"
     assert calls[0]["tags"] == "fabric_bandwidth"
     assert calls[0]["limit"] == "gx10-b,localhost"
@@ -525,7 +526,7 @@ def test_measure_bandwidth_without_a_report_says_why(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(c, "provision", fake_provision)
     with pytest.raises(Gx10Error, match=r"reported nothing .*gx10-a Check the bandwidth settings"):
-        c.measure_bandwidth("inv")
+        c.measure_bandwidth_report("inv")
 
 
 def test_the_clock_tools_record_is_exact() -> None:

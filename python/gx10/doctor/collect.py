@@ -112,21 +112,6 @@ class BandwidthReport:
         return attach_bandwidth_links(evidences, self.links, self.skipped)
 
 
-def measure_bandwidth(
-    inventory: str,
-    *,
-    limit: str | None = None,
-    on_event: EventHandler | None = None,
-) -> dict[str, dict[str, float]]:
-    """Run the fabric role's bandwidth measurement (fabric.yml, tag fabric_bandwidth).
-
-    Returns {worker: {netdev: Gb/s}} as the head's ``gx10_fabric_bandwidth`` report gives it,
-    ready for doctor.yml's ``doctor_bandwidth_gbps``: the head's pairs only
-    (`measure_bandwidth_report` has every link). Raises Gx10Error when the run produced no report.
-    """
-    return measure_bandwidth_report(inventory, limit=limit, on_event=on_event).figures
-
-
 def measure_bandwidth_report(
     inventory: str,
     *,
