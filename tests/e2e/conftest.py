@@ -8,13 +8,16 @@ time goes.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from labtools import LAB_INVENTORY, node_sh
 
+import gx10
 from gx10 import ProvisionResult, lab, provision
+from gx10._dev import pytest_timing
 
 SHARED_CONVERGE = (
     "test_site.py",
@@ -24,6 +27,15 @@ SHARED_CONVERGE = (
     "test_doctor.py",
     "test_bench.py",
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """With `make test`'s timing report on, count each provision() run per test: its playbook,
+    time, and whether the pair restarted. Here, before the test modules import provision by name;
+    this module's own name for it is replaced too."""
+    if pytest_timing.active(config):
+        modules = (gx10, sys.modules["gx10.provision"], sys.modules[__name__])
+        config.add_cleanup(pytest_timing.count_provisions(modules))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
