@@ -88,7 +88,23 @@ lab-down: venv ## Remove the lab: containers, cables, volumes, network
 lab-status: venv ## Show the lab
 	gx10 lab status
 
-test: lint unit molecule e2e ## Everything: lint, unit, molecule, end to end
+# The timing report's records (docs/PERFORMANCE.md, "Test suite budget"); `make test` clears and
+# passes it. `make unit` or `make e2e` alone record nothing unless it is set in the environment.
+GX10_TEST_TIMING_DIR ?= $(CURDIR)/.cache/test-timing
+TIMING := python -m gx10._dev.timing_report --dir $(GX10_TEST_TIMING_DIR)
+
+# Each stage is its own make, timed. As with prerequisites, a failed stage stops the ones after it
+# and its status is make's; the report is printed in any case.
+test: venv ## Everything: lint, unit, molecule, end to end; then the timing report
+	rm -f $(GX10_TEST_TIMING_DIR)/*.json
+	rc=0; for stage in lint unit molecule e2e; do \
+	  $(TIMING) stage-start $$stage; \
+	  GX10_TEST_TIMING_DIR=$(GX10_TEST_TIMING_DIR) $(MAKE) --no-print-directory $$stage || rc=$$?; \
+	  $(TIMING) stage-end $$stage $$rc; \
+	  [ $$rc -eq 0 ] || break; \
+	done; \
+	$(TIMING) print || [ $$rc -ne 0 ] || rc=1; \
+	exit $$rc
 
 lint: venv ## yamllint, ansible-lint (production), ruff, mypy, role READMEs against their specs
 	yamllint --strict .
@@ -110,7 +126,7 @@ docs: venv ## Regenerate each role README's variable table from meta/argument_sp
 
 # One worker per CPU (pytest-xdist), each test file on one worker so its module fixtures run once.
 unit: venv browser-deps proxy-deps prometheus-tools ## Unit tests (plugins, Python; the report in a browser, the gateway behind haproxy, promtool)
-	pytest -q -n auto --dist loadfile
+	pytest -q -n auto --dist loadfile -p gx10._dev.pytest_timing --timing-stage unit
 
 # One lab for every scenario (each leaves the nodes as its role converged them; none needs a
 # fresh lab): bring it up once, keep it between scenarios, take it down at the end unless
@@ -123,7 +139,7 @@ molecule: venv host-deps ## Role tests on the lab: check, converge, idempotence,
 	if [ -z "$${GX10_KEEP_LAB:-}" ]; then gx10 lab down; fi
 
 e2e: venv host-deps ## End to end: provision() against the lab
-	pytest -q -m lab --durations=30 tests/e2e
+	pytest -q -m lab --durations=30 -p gx10._dev.pytest_timing --timing-stage e2e tests/e2e
 
 clean: ## Remove the venv and caches (the lab stays; see lab-down)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,231 @@
+"""gx10._dev.timing_report: the budget table, the report's sums and over-budget marks, make test."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gx10._dev import timing_report
+
+REPO = Path(__file__).resolve().parents[2]
+PERFORMANCE = REPO / "docs" / "PERFORMANCE.md"
+TABLE = """\
+## Test suite budget
+
+Some words.
+
+| row | budget s | last run s |
+|---|---|---|
+| stage: lint | 150 | - |
+| stage: unit | 330 | 301.5 |
+| stage: e2e | 100 | - |
+| total | 400 | - |
+| `e2e: test_switch.py` | 50 | - |
+
+## Next section
+
+| row | budget s |
+|---|---|
+| stage: lint | 1 |
+"""
+
+
+def test_the_budget_table_has_a_row_for_every_stage_and_e2e_file() -> None:
+    budgets = timing_report.parse_budget(PERFORMANCE.read_text(encoding="utf-8"))
+    e2e = {path.name for path in (REPO / "tests" / "e2e").glob("test_*.py")}
+    rows = set(budgets)
+    assert {f"stage: {stage}" for stage in timing_report.STAGES} | {"total"} <= rows
+    missing = sorted(f"e2e: {name}" for name in e2e if f"e2e: {name}" not in rows)
+    assert not missing, f"docs/PERFORMANCE.md's budget table lacks {missing}"
+    stale = sorted(row for row in rows if row.startswith("e2e: ") and row[5:] not in e2e)
+    assert not stale, f"docs/PERFORMANCE.md budgets files tests/e2e does not have: {stale}"
+
+
+def test_the_first_table_of_the_section_is_read() -> None:
+    budgets = timing_report.parse_budget(TABLE, "PERF.md")
+    assert {row: b.seconds for row, b in budgets.items()} == {
+        "stage: lint": 150,
+        "stage: unit": 330,
+        "stage: e2e": 100,
+        "total": 400,
+        "e2e: test_switch.py": 50,
+    }
+    assert budgets["stage: lint"].line == 7
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("## Test suite budget", "## Test budget"), "PERF.md: no '## Test suite budget' section"),
+        (("| stage: unit | 330 |", "| stage: unit | soon |"), "PERF.md:8: budget 'soon'"),
+        (("| stage: e2e |", "| e2e |"), "PERF.md:9: row 'e2e' is none of"),
+        (
+            ("| total | 400 | - |", "| stage: lint | 400 | - |"),
+            "PERF.md:10: row 'stage: lint' again",
+        ),
+        (("| total | 400 | - |", "| total | 400 |"), "PERF.md:10: 2 cells, the header has 3"),
+        (("| row | budget s |", "| row | seconds |"), "PERF.md:5: the header needs"),
+        (("|---|---|---|\n", ""), "PERF.md:6: not a table's |---| line"),
+    ],
+)
+def test_a_malformed_table_is_named_by_file_and_line(change: tuple[str, str], message: str) -> None:
+    with pytest.raises(timing_report.BudgetError) as raised:
+        timing_report.parse_budget(TABLE.replace(*change, 1), "PERF.md")
+    assert str(raised.value).startswith(message), raised.value
+
+
+def _test(nodeid: str, total: float, **extra: Any) -> dict[str, Any]:
+    file = nodeid.partition("::")[0]
+    times = {"setup_s": 0.0, "call_s": total, "teardown_s": 0.0, "total_s": total}
+    return {"nodeid": nodeid, "file": file, "outcome": "passed", **times, **extra}
+
+
+def _fixture_dir(root: Path) -> Path:
+    """A run whose lint and unit passed and e2e failed (molecule "not run" for the test)."""
+    stages = {
+        "lint": {"start": 1000.0, "end": 1100.0, "rc": 0},
+        "unit": {"start": 1100.0, "end": 1400.0, "rc": 0},
+        "e2e": {"start": 1400.0, "end": 1600.0, "rc": 2},
+    }
+    e2e_files = {
+        "tests/e2e/test_switch.py": {"tests": 2, "seconds": 120.0,
+            "playbook_runs": {"site.yml": 2, "smoke.yml": 1}, "pair_restarts": 1,
+            "restarts_unknown": 1, "provision_seconds": 110.0},
+        "tests/e2e/test_site.py": {"tests": 1, "seconds": 30.0, "playbook_runs": {},
+            "pair_restarts": 0, "restarts_unknown": 0, "provision_seconds": 0.0},
+    }  # fmt: skip
+    unit_tests = [_test(f"tests/unit/test_u.py::test_{i}", float(i)) for i in range(40)]
+    e2e_tests = [_test("tests/e2e/test_switch.py::test_x", 100.5, outcome="failed")]
+    root.mkdir()
+    (root / "stages.json").write_text(json.dumps(stages))
+    (root / "unit.json").write_text(json.dumps({"stage": "unit", "tests": unit_tests, "files": {}}))
+    (root / "e2e.json").write_text(
+        json.dumps({"stage": "e2e", "tests": e2e_tests, "files": e2e_files})
+    )
+    return root
+
+
+def test_the_report_sums_stages_and_files_and_marks_rows_over_budget(tmp_path: Path) -> None:
+    budgets = timing_report.parse_budget(TABLE)
+    report = timing_report.build(_fixture_dir(tmp_path / "timing"), budgets)
+
+    stages = {row["row"]: row for row in report["stages"]}
+    assert [row["row"] for row in report["stages"]] == [
+        "stage: lint", "stage: unit", "stage: molecule", "stage: e2e"
+    ]  # fmt: skip
+    assert stages["stage: lint"] | {"status": "ok"} == stages["stage: lint"]
+    assert stages["stage: molecule"]["status"] == "not run"
+    assert stages["stage: e2e"]["status"] == "failed (2)"
+    assert stages["stage: e2e"]["over_s"] == 100.0
+    assert stages["stage: unit"]["over_s"] is None  # 300 of 330
+    assert report["total"]["seconds"] == 600.0
+    assert report["total"]["over_s"] == 200.0
+
+    files = report["e2e_files"]
+    assert [row["row"] for row in files] == ["e2e: test_switch.py", "e2e: test_site.py"]
+    assert files[0]["over_s"] == 70.0
+    assert files[0]["playbook_runs"] == {"site.yml": 2, "smoke.yml": 1}
+    assert files[1]["budget_s"] is None  # no row for it in this table
+
+    assert len(report["slowest"]) == 30
+    assert report["slowest"][0]["nodeid"] == "tests/e2e/test_switch.py::test_x"
+    assert report["slowest"][1]["total_s"] == 39.0
+    assert [row["row"] for row in report["over_budget"]] == [
+        "stage: e2e", "total", "e2e: test_switch.py"
+    ]  # fmt: skip
+
+
+def test_print_writes_report_json_and_prints_the_marks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = _fixture_dir(tmp_path / "timing")
+    budget = tmp_path / "PERF.md"
+    budget.write_text(TABLE)
+
+    assert timing_report.main(["--dir", str(directory), "--budget", str(budget), "print"]) == 0
+
+    out = capsys.readouterr().out
+    assert json.loads((directory / "report.json").read_text())["total"]["over_s"] == 200.0
+    assert re.search(r"^e2e +200\.0 +100\.0 +failed \(2\) +OVER by 100 s$", out, re.M), out
+    assert re.search(r"^molecule +- +- +not run$", out, re.M), out
+    assert re.search(
+        r"^test_switch\.py +120\.0 +50\.0 +2 +1 \(\+1 unknown\) +site\.yml 2", out, re.M
+    )
+    assert "The 30 slowest tests:" in out
+    assert "3 row(s) over budget (a report: nothing fails for it)." in out
+
+
+def test_a_broken_budget_table_still_prints_the_times_and_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = _fixture_dir(tmp_path / "timing")
+    budget = tmp_path / "PERF.md"
+    budget.write_text(TABLE.replace("| 150 |", "| x |"))
+
+    assert timing_report.main(["--dir", str(directory), "--budget", str(budget), "print"]) == 1
+
+    captured = capsys.readouterr()
+    assert "The 30 slowest tests:" in captured.out
+    assert f"{budget}:7: budget 'x' of 'stage: lint' is not seconds" in captured.err
+
+
+def test_stage_start_and_end_are_recorded(tmp_path: Path) -> None:
+    directory = tmp_path / "timing"
+    timing_report.main(["--dir", str(directory), "stage-start", "lint"])
+    timing_report.main(["--dir", str(directory), "stage-end", "lint", "0"])
+    timing_report.main(["--dir", str(directory), "stage-start", "unit"])
+    timing_report.main(["--dir", str(directory), "stage-end", "unit", "2"])
+    stages = json.loads((directory / "stages.json").read_text())
+    assert [(name, s["rc"]) for name, s in stages.items()] == [("lint", 0), ("unit", 2)]
+    assert stages["lint"]["start"] <= stages["lint"]["end"] <= stages["unit"]["start"]
+
+
+def _test_target() -> str:
+    """The Makefile's timing variables and `test` recipe, as written."""
+    text = (REPO / "Makefile").read_text(encoding="utf-8")
+    match = re.search(r"^GX10_TEST_TIMING_DIR \?=.*?^\texit \$\$rc\n", text, re.M | re.S)
+    assert match, "Makefile: the test recipe's timing lines are not found"
+    return match.group(0)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_test_stops_at_a_failed_stage_prints_the_report_and_keeps_its_status(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real recipe, with stand-in stages: unit fails, molecule and e2e do not run."""
+    (tmp_path / "docs").mkdir()
+    shutil.copy(PERFORMANCE, tmp_path / "docs" / "PERFORMANCE.md")
+    stand_ins = "venv:\nlint:\n\t@echo linted\nunit:\n\t@exit 3\nmolecule e2e:\n\t@echo $@ ran\n"
+    (tmp_path / "Makefile").write_text(
+        "SHELL := /bin/bash\n.SHELLFLAGS := -eu -o pipefail -c\n"
+        + _test_target().replace("python -m", f"{sys.executable} -m")
+        + stand_ins
+    )
+    monkeypatch.delenv("GX10_TEST_TIMING_DIR", raising=False)
+    monkeypatch.delenv("MAKEFLAGS", raising=False)
+    monkeypatch.setenv("PYTHONPATH", str(REPO / "python"))
+    stale = tmp_path / ".cache" / "test-timing" / "e2e.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")  # from an earlier run: cleared
+
+    proc = subprocess.run(
+        ["make", "--no-print-directory", "test"], cwd=tmp_path, capture_output=True, text=True,
+        timeout=120, check=False, env={**os.environ},
+    )  # fmt: skip
+
+    assert proc.returncode == 2, proc.stdout + proc.stderr  # make's status for the failed unit
+    assert "linted" in proc.stdout
+    assert " ran" not in proc.stdout
+    assert re.search(r"^unit +[0-9.]+ +330\.0 +failed \(2\)", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^molecule +- +480\.0 +not run", proc.stdout, re.M), proc.stdout
+    report = json.loads((tmp_path / ".cache" / "test-timing" / "report.json").read_text())
+    assert [row["status"] for row in report["stages"]] == ["ok", "failed (2)", "not run", "not run"]
+    assert not stale.exists()
