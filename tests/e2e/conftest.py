@@ -1,24 +1,31 @@
-"""End-to-end fixtures: the two-node lab, brought up once per session (test equipment).
+"""End-to-end fixtures: one lab for the whole run, one converge for every two-node file.
 
-The files that only use the lab serving as site.yml leaves it, and leave it so (each restores
-what it changed), share one converge (`serving_lab`) and run first, in this order; every other
-file converges for itself. Each converge of the lab is a minute, so this is where the suite's
-time goes.
+The lab comes up once (the role pipeline of `make test` leaves it converged; `lab_up` only
+inspects it then). `serving_lab` runs site.yml once; every two-node file (SHARED_CONVERGE) starts
+from the lab serving as that run left it and must leave it so: `lab_as_it_was` snapshots each
+node before the file and fails the file's last test, naming each difference, if the lab is not
+the same after it. Then the four-node file reshapes the lab (nothing two-node runs after it) and
+test_lab.py, last, takes the lab down and brings a fresh one up: the lab's own life cycle is what
+it tests. A converge of the lab is a minute or more on two cores: fixtures here, not in files
+(tests/unit/test_e2e_structure.py holds the line).
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from labtools import LAB_INVENTORY, node_sh
+from labtools import LAB_INVENTORY, lab_state, node_sh, state_diff
 
 import gx10
 from gx10 import ProvisionResult, lab, provision
 from gx10._dev import pytest_timing
 
+# Read-only files first, then those that inject faults and restore; supervision last (its
+# restore takes the agents away again).
 SHARED_CONVERGE = (
     "test_site.py",
     "test_clients.py",
@@ -26,7 +33,17 @@ SHARED_CONVERGE = (
     "test_gateway.py",
     "test_doctor.py",
     "test_bench.py",
+    "test_fabric.py",
+    "test_gid_drift.py",
+    "test_model.py",
+    "test_serve.py",
+    "test_lab_faults.py",
+    "test_network.py",
+    "test_supervise.py",
 )
+# After them, in this order: the four-node reshape, then the lab's own down and up.
+LAST = ("test_switch.py", "test_lab.py")
+ORDER = SHARED_CONVERGE + LAST
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -44,7 +61,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     def group(item: pytest.Item) -> int:
         name = Path(str(item.fspath)).name
-        return SHARED_CONVERGE.index(name) if name in SHARED_CONVERGE else len(SHARED_CONVERGE)
+        # A file not placed yet runs with the shared files' restores checked, before the reshape.
+        return ORDER.index(name) if name in ORDER else len(SHARED_CONVERGE) - 1
 
     items.sort(key=group)  # stable: each file's tests keep their order
 
@@ -60,6 +78,43 @@ def serving_lab(lab_up: lab.LabStatus) -> ProvisionResult:
     result = provision(LAB_INVENTORY, "site.yml")
     assert result.ok, result.failed_tasks
     return result
+
+
+@pytest.fixture(scope="session")
+def four_node_lab() -> lab.LabStatus:
+    """The lab reshaped to four nodes on the switch stand-in (test_switch.py). Not put back:
+    only test_lab.py runs after it, and it brings a fresh two-node lab up itself."""
+    started = time.monotonic()
+    status = lab.up(lab.LabConfig.sized(4), log=lambda line: print(f"lab: {line}"))
+    print(f"lab up --nodes 4: {time.monotonic() - started:.1f} s")
+    return status
+
+
+@pytest.fixture(scope="session")
+def four_node_converge(four_node_lab: lab.LabStatus) -> ProvisionResult:
+    """site.yml on the four nodes (inventories/lab4), once."""
+    started = time.monotonic()
+    result = provision(LAB_INVENTORY.parent / "lab4", "site.yml")
+    print(f"site.yml on four nodes: {time.monotonic() - started:.1f} s")
+    return result
+
+
+@pytest.fixture(scope="module", autouse=True)
+def lab_as_it_was(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A two-node file leaves the lab as the shared converge left it (fails naming what differs)."""
+    if Path(str(request.path)).name in LAST:
+        yield
+        return
+    request.getfixturevalue("serving_lab")
+    before = lab_state()
+    yield
+    changed = state_diff(before, lab_state())
+    if changed:
+        pytest.fail(
+            f"{Path(str(request.path)).name} left the lab changed (restore what the file "
+            "changes):\n" + "\n".join(changed),
+            pytrace=False,
+        )
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Helpers for the end-to-end tests: run commands in lab nodes."""
+"""Helpers for the end-to-end tests: run commands in lab nodes; the lab's state as a snapshot."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB_INVENTORY = ROOT / "inventories" / "lab"
+NODES = ("gx10-a", "gx10-b")
+RAILS = ("enp1s0f0np0", "enP2p1s0f0np0")
+MODEL_DIR = "/srv/models/DeepSeek-V4-Flash-0731"
 
 
 def node_sh(node: str, script: str, *, check: bool = True) -> str:
@@ -31,3 +34,49 @@ def rank_container(node: str, container: str = "gx10-vllm") -> dict[str, str]:
         check=False,
     ).split()
     return {"id": out[0], "started": out[1]} if len(out) == 2 else {}
+
+
+# What a file may change on a node and must put back: the rails (addresses, link state, MTU,
+# shaping), every file gx10 writes, the units and containers it runs, packet filters, the
+# checkpoint's bytes, and whether the head serves. Identities that a restart legitimately
+# renews (container ids, start times, pids) are left out: a restore restarts things.
+_STATE_SCRIPT = rf"""
+for dev in {" ".join(RAILS)}; do
+  echo "rail $(ip -br addr show dev $dev 2>&1 | sed 's/@if[0-9]*//' | tr -s ' ') \
+    mtu=$(cat /sys/class/net/$dev/mtu 2>&1)"
+  echo "qdisc $dev $(tc qdisc show dev $dev root 2>&1 | awk '{{print $2}}')"
+done
+for f in /etc/netplan/* /etc/gx10/* /etc/systemd/system/gx10-* /etc/default/earlyoom \
+    /etc/default/prometheus-node-exporter /etc/haproxy/haproxy.cfg /etc/haproxy/gx10-keys.map; do
+  [ -f "$f" ] && echo "file $f $(sha256sum < "$f" | cut -c1-16)"
+done
+systemctl list-units 'gx10-*' earlyoom.service haproxy.service prometheus-node-exporter.service \
+  --all --no-legend --plain | awk '{{print "unit", $1, $3}}'
+docker ps -a --format 'container {{{{.Names}}}} {{{{.Image}}}} {{{{.State}}}}' | sort
+# Docker's own chains (their DNS ports change with every engine start) are not ours.
+iptables-save 2>/dev/null | grep '^-A' | grep -v DOCKER | sed 's/^/iptables /'
+if [ -d {MODEL_DIR} ]; then
+  echo "model $(cd {MODEL_DIR} && find . -type f ! -name '.gx10*' -exec sha256sum {{}} + \
+    | sort -k2 | sha256sum | cut -c1-16)"
+else
+  echo "model absent"
+fi
+"""
+_HEALTH = "curl -s -o /dev/null -m 5 -w '%{http_code}' http://127.0.0.1:8000/health"
+
+
+def lab_state(nodes: tuple[str, ...] = NODES) -> dict[str, list[str]]:
+    """{node: sorted facts}; the head also says whether its API answers /health."""
+    state = {node: sorted(node_sh(node, _STATE_SCRIPT).splitlines()) for node in nodes}
+    state[nodes[0]].append(f"serving /health {node_sh(nodes[0], _HEALTH, check=False) or '-'}")
+    return state
+
+
+def state_diff(before: dict[str, list[str]], after: dict[str, list[str]]) -> list[str]:
+    """What differs, a line per fact: `node: - was` / `node: + is now`."""
+    lines = []
+    for node in sorted(set(before) | set(after)):
+        was, now = set(before.get(node, [])), set(after.get(node, []))
+        lines += [f"{node}: - {fact}" for fact in sorted(was - now)]
+        lines += [f"{node}: + {fact}" for fact in sorted(now - was)]
+    return lines

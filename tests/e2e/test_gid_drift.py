@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 from labtools import LAB_INVENTORY, node_sh
 
-from gx10 import lab, provision
+from gx10 import ProvisionResult, provision
 
 pytestmark = pytest.mark.lab
 
@@ -58,14 +58,10 @@ def _wait_for(address: str, index: int | None) -> None:
 
 
 @pytest.fixture(scope="module")
-def rails_up(lab_up: lab.LabStatus) -> str:
-    """The rails addressed (the network stage) and a clean nccl stage; rail0's address."""
-    network = provision(LAB_INVENTORY, "network.yml")
-    assert network.ok, network.failed_tasks
+def rails_up(serving_lab: ProvisionResult) -> str:
+    """The rails as the session's shared converge addressed them; rail0's address."""
     address = _rail0_address()
     _wait_for(address, 3)
-    nccl = provision(LAB_INVENTORY, "nccl.yml")
-    assert nccl.ok, nccl.failed_tasks
     return address
 
 

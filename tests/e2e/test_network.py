@@ -68,10 +68,9 @@ def all_messages(result: ProvisionResult) -> str:
 
 
 @pytest.fixture(scope="module")
-def converged(lab_up: lab.LabStatus) -> ProvisionResult:
-    result = provision(LAB_INVENTORY, "site.yml")
-    assert result.ok, result.failed_tasks
-    return result
+def converged(serving_lab: ProvisionResult) -> ProvisionResult:
+    """The session's shared converge."""
+    return serving_lab
 
 
 # Each case: group_vars, host_vars, whether validation (on the controller) catches it, and

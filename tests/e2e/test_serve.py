@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from labtools import LAB_INVENTORY, node_sh
 
-from gx10 import ProvisionResult, lab, provision
+from gx10 import ProvisionResult, provision
 from gx10.lab import images
 
 CONTAINER = "gx10-vllm"
@@ -30,12 +31,9 @@ def _serve(**extravars: object) -> ProvisionResult:
 
 
 @pytest.fixture(scope="module")
-def served(lab_up: lab.LabStatus) -> ProvisionResult:
-    converged = provision(LAB_INVENTORY, "site.yml")
-    assert converged.ok, converged.failed_tasks
-    result = _serve()
-    assert result.ok, result.failed_tasks
-    return result
+def served(serving_lab: ProvisionResult) -> ProvisionResult:
+    """The session's shared converge: site.yml's serve stage launched the pair."""
+    return serving_lab
 
 
 def test_both_ranks_run_and_the_head_serves(served: ProvisionResult) -> None:
@@ -93,23 +91,6 @@ def test_missing_nccl_env_file_names_the_node_and_the_fix(served: ProvisionResul
     assert "gx10-b" in failed
     assert "/etc/gx10/nccl.env missing" in failed["gx10-b"]
     assert "run the nccl stage first" in failed["gx10-b"]
-
-
-def test_a_wrong_gid_index_fails_like_nccl_and_stops_the_pair(served: ProvisionResult) -> None:
-    """A pinned index that is not the node's RoCE v2 IPv4 entry: the launch fails, nothing is
-    left half-running, and a corrected re-apply brings the pair back."""
-    node_sh("gx10-b", "sed -i 's/^NCCL_IB_GID_INDEX=.*/NCCL_IB_GID_INDEX=1/' /etc/gx10/nccl.env")
-    try:
-        result = _serve()
-        assert not result.ok
-        message = " ".join(t.message for t in result.failed_tasks)
-        assert "NCCL" in message
-        assert not _container_id("gx10-b")
-    finally:
-        fixed = provision(LAB_INVENTORY, "site.yml", tags=["nccl"])
-        assert fixed.ok, fixed.failed_tasks
-    again = _serve()
-    assert again.ok, again.failed_tasks
 
 
 def test_an_unverified_checkpoint_is_refused_before_any_restart(served: ProvisionResult) -> None:
@@ -182,73 +163,6 @@ def test_compile_caches_are_per_image_and_a_restart_boots_warm(served: Provision
 PHASES = {"start": 900, "weights": 1800, "compile": 3600, "graph_capture": 1800, "api": 600}
 
 
-def test_a_hung_boot_phase_fails_at_its_own_limit_naming_it(served: ProvisionResult) -> None:
-    """The head's compile never ends: the launch fails when that phase passes its limit (6 s),
-    long before the whole wait's bound, names the phase and its variable, and stops the workers."""
-    result = _serve(
-        vllm_serve_extra_env={**LAB_ENV, "GX10_SIM_HANG_PHASE": "compile"},
-        vllm_serve_phase_timeouts={**PHASES, "compile": 6},
-    )
-    assert not result.ok
-    message = _messages(result)
-    assert re.search(
-        r"stuck in phase compile for \d+ s \(its limit is 6 s\): "
-        r"vllm_serve_phase_timeouts\.compile",
-        message,
-    ), message
-    assert "the workers were stopped too" in message
-    assert not _container_id("gx10-b")
-    again = _serve()
-    assert again.ok, again.failed_tasks
-
-
-def test_a_context_the_nodes_cannot_hold_fails_with_vllms_message(served: ProvisionResult) -> None:
-    """Nodes modelled with 16 GiB (the simulator's GX10_SIM_MEM_TOTAL_GIB, which the product's own
-    checks do not see: they plan the inventory's 24 GiB and judge the host's MemTotal, and both
-    hold the profile): vLLM's share, 0.835 x 16 GiB, less the weights and the runtime leaves
-    10.52 GiB of KV cache, and one request of the role's 1,048,576 tokens needs 16.8 GiB (the lab
-    checkpoint's 43 layers x 400 B at nvfp4_ds_mla). The head's engine refuses after its profile
-    run as vLLM does; the wait fails with vLLM's message from the head's log, the workers are
-    stopped, and the lab's own settings bring the pair back."""
-    result = _serve(vllm_serve_extra_env={**LAB_ENV, "GX10_SIM_MEM_TOTAL_GIB": "16"})
-    assert not result.ok
-    message = _messages(result)
-    # The estimate moves a block with the sampler's share (656384 at 12 sequences, 656640 at 6).
-    assert re.search(
-        re.escape(
-            "ValueError: To serve at least one request with the models's max seq len (1048576), "
-            "(16.8 GiB KV cache is needed, which is larger than the available KV cache memory "
-            "(10.52 GiB). Based on the available memory, the estimated maximum model length is "
-        )
-        + r"65\d{4}\. "
-        + re.escape("Try increasing `gpu_memory_utilization` or decreasing `max_model_len`"),
-        message,
-    ), message
-    assert "Engine core initialization failed. See root cause above." in message
-    assert "the workers were stopped too" in message
-    assert not _container_id("gx10-b")
-    again = _serve()
-    assert again.ok, again.failed_tasks
-
-
-def test_a_node_without_vllms_share_free_refuses_to_start(served: ProvisionResult) -> None:
-    """Page cache or another process holds memory (GX10_SIM_MEM_AVAILABLE_GIB: 18 of the lab
-    node's 24 GiB free; on GB10 vLLM reads MemAvailable): vLLM's share, 0.835 x 24 = 20.04 GiB, is
-    not free, so the rank refuses before loading its weights, with vLLM's message."""
-    result = _serve(vllm_serve_extra_env={**LAB_ENV, "GX10_SIM_MEM_AVAILABLE_GIB": "18"})
-    assert not result.ok
-    message = _messages(result)
-    assert (
-        "ValueError: Free memory on device (18.0/24.0 GiB) on startup is less than desired GPU "
-        "memory utilization (0.835, 20.04 GiB). Decrease GPU memory utilization or reduce GPU "
-        "memory used by other processes."
-    ) in message, message
-    assert "the workers were stopped too" in message
-    assert not _container_id("gx10-b")
-    again = _serve()
-    assert again.ok, again.failed_tasks
-
-
 def test_bad_phase_timeouts_are_refused_before_any_restart(served: ProvisionResult) -> None:
     before = {n: _container_id(n) for n in ("gx10-a", "gx10-b")}
     result = _serve(vllm_serve_phase_timeouts={**PHASES, "compiling": 60, "api": 0})
@@ -258,57 +172,6 @@ def test_bad_phase_timeouts_are_refused_before_any_restart(served: ProvisionResu
     assert "'compiling' is no phase" in message
     assert "api: 0 is not a number of seconds >= 1" in message
     assert {n: _container_id(n) for n in ("gx10-a", "gx10-b")} == before
-
-
-def test_master_port_in_use_fails_clearly_and_stops_the_workers(served: ProvisionResult) -> None:
-    """Something else holds the head's master port: the head fails as torch does, the workers
-    are stopped (a headless worker cannot rejoin a later head), and freeing it recovers."""
-    node_sh("gx10-a", f"docker rm -f {CONTAINER} >/dev/null")
-    squatter = node_sh(
-        "gx10-a",
-        "nohup python3 -c 'import socket, time; s = socket.socket(); "
-        's.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 29500)); '
-        "s.listen(); time.sleep(300)' >/dev/null 2>&1 & echo $!",
-    ).strip()
-    try:
-        result = _serve()
-        assert not result.ok
-        message = _messages(result)
-        assert "port: 29500" in message, message
-        assert "EADDRINUSE" in message
-        assert "the workers were stopped too" in message
-        assert not _container_id("gx10-a")
-        assert not _container_id("gx10-b")
-    finally:
-        node_sh("gx10-a", f"kill {squatter}", check=False)
-    again = _serve()
-    assert again.ok, again.failed_tasks
-
-
-def test_a_head_without_its_worker_times_out_clearly(served: ProvisionResult) -> None:
-    """Only the head is launched (the worker is left out with --limit): it must give up after
-    the rendezvous timeout with torch's message naming the missing rank, not hang."""
-    short = {
-        "GX10_SIM_SYSFS_ROOT": "/run/gx10-sim/sys",
-        "GX10_SIM_BOOT_SECONDS": "3",
-        "GX10_SIM_RENDEZVOUS_TIMEOUT": "8",
-    }
-    node_sh("gx10-b", f"docker rm -f {CONTAINER} >/dev/null")
-    node_sh("gx10-a", f"docker rm -f {CONTAINER} >/dev/null")
-    # provision() adds localhost, where the validate play runs.
-    result = provision(
-        LAB_INVENTORY,
-        "serve.yml",
-        limit="gx10-a",
-        extravars={"vllm_serve_extra_env": short},
-    )
-    assert not result.ok
-    message = _messages(result)
-    assert "Timed out after 9 seconds waiting for clients" in message, message
-    assert "Missing node rank(s): 1" in message
-    assert not _container_id("gx10-a")
-    again = _serve()
-    assert again.ok, again.failed_tasks
 
 
 def test_a_pinned_digest_the_registry_lacks_changes_nothing(served: ProvisionResult) -> None:
@@ -415,3 +278,138 @@ def test_an_overlay_is_applied_and_verified_in_every_rank(
     assert pruned.ok, pruned.failed_tasks
     for node in ("gx10-a", "gx10-b"):
         assert not node_sh(node, f"ls {OVERLAY_DIR}").strip()
+
+
+# The failing launches, back to back, last in the file: each leaves the pair down (the workers
+# stopped as the product stops them), the next needs no serving pair to fail as it should, and
+# `left_down` launches the pair once after the last of them, with the lab's own settings.
+@pytest.fixture(scope="module")
+def left_down(served: ProvisionResult) -> Iterator[None]:
+    yield
+    again = _serve()
+    assert again.ok, again.failed_tasks
+    assert _container_id("gx10-a")
+    assert _container_id("gx10-b")
+
+
+def test_a_wrong_gid_index_fails_like_nccl_and_stops_the_pair(left_down: None) -> None:
+    """A pinned index that is not the node's RoCE v2 IPv4 entry: the launch fails, nothing is
+    left half-running, and a corrected re-apply brings the pair back."""
+    node_sh("gx10-b", "sed -i 's/^NCCL_IB_GID_INDEX=.*/NCCL_IB_GID_INDEX=1/' /etc/gx10/nccl.env")
+    try:
+        result = _serve()
+        assert not result.ok
+        message = " ".join(t.message for t in result.failed_tasks)
+        assert "NCCL" in message
+        assert not _container_id("gx10-b")
+    finally:
+        fixed = provision(LAB_INVENTORY, "site.yml", tags=["nccl"])
+        assert fixed.ok, fixed.failed_tasks
+
+
+def test_a_hung_boot_phase_fails_at_its_own_limit_naming_it(left_down: None) -> None:
+    """The head's compile never ends: the launch fails when that phase passes its limit (6 s),
+    long before the whole wait's bound, names the phase and its variable, and stops the workers."""
+    result = _serve(
+        vllm_serve_extra_env={**LAB_ENV, "GX10_SIM_HANG_PHASE": "compile"},
+        vllm_serve_phase_timeouts={**PHASES, "compile": 6},
+    )
+    assert not result.ok
+    message = _messages(result)
+    assert re.search(
+        r"stuck in phase compile for \d+ s \(its limit is 6 s\): "
+        r"vllm_serve_phase_timeouts\.compile",
+        message,
+    ), message
+    assert "the workers were stopped too" in message
+    assert not _container_id("gx10-b")
+
+
+def test_a_context_the_nodes_cannot_hold_fails_with_vllms_message(left_down: None) -> None:
+    """Nodes modelled with 16 GiB (the simulator's GX10_SIM_MEM_TOTAL_GIB, which the product's own
+    checks do not see: they plan the inventory's 24 GiB and judge the host's MemTotal, and both
+    hold the profile): vLLM's share, 0.835 x 16 GiB, less the weights and the runtime leaves
+    10.52 GiB of KV cache, and one request of the role's 1,048,576 tokens needs 16.8 GiB (the lab
+    checkpoint's 43 layers x 400 B at nvfp4_ds_mla). The head's engine refuses after its profile
+    run as vLLM does; the wait fails with vLLM's message from the head's log, the workers are
+    stopped, and the lab's own settings bring the pair back."""
+    result = _serve(vllm_serve_extra_env={**LAB_ENV, "GX10_SIM_MEM_TOTAL_GIB": "16"})
+    assert not result.ok
+    message = _messages(result)
+    # The estimate moves a block with the sampler's share (656384 at 12 sequences, 656640 at 6).
+    assert re.search(
+        re.escape(
+            "ValueError: To serve at least one request with the models's max seq len (1048576), "
+            "(16.8 GiB KV cache is needed, which is larger than the available KV cache memory "
+            "(10.52 GiB). Based on the available memory, the estimated maximum model length is "
+        )
+        + r"65\d{4}\. "
+        + re.escape("Try increasing `gpu_memory_utilization` or decreasing `max_model_len`"),
+        message,
+    ), message
+    assert "Engine core initialization failed. See root cause above." in message
+    assert "the workers were stopped too" in message
+    assert not _container_id("gx10-b")
+
+
+def test_a_node_without_vllms_share_free_refuses_to_start(left_down: None) -> None:
+    """Page cache or another process holds memory (GX10_SIM_MEM_AVAILABLE_GIB: 18 of the lab
+    node's 24 GiB free; on GB10 vLLM reads MemAvailable): vLLM's share, 0.835 x 24 = 20.04 GiB, is
+    not free, so the rank refuses before loading its weights, with vLLM's message."""
+    result = _serve(vllm_serve_extra_env={**LAB_ENV, "GX10_SIM_MEM_AVAILABLE_GIB": "18"})
+    assert not result.ok
+    message = _messages(result)
+    assert (
+        "ValueError: Free memory on device (18.0/24.0 GiB) on startup is less than desired GPU "
+        "memory utilization (0.835, 20.04 GiB). Decrease GPU memory utilization or reduce GPU "
+        "memory used by other processes."
+    ) in message, message
+    assert "the workers were stopped too" in message
+    assert not _container_id("gx10-b")
+
+
+def test_master_port_in_use_fails_clearly_and_stops_the_workers(left_down: None) -> None:
+    """Something else holds the head's master port: the head fails as torch does, the workers
+    are stopped (a headless worker cannot rejoin a later head), and freeing it recovers."""
+    node_sh("gx10-a", f"docker rm -f {CONTAINER} >/dev/null")
+    squatter = node_sh(
+        "gx10-a",
+        "nohup python3 -c 'import socket, time; s = socket.socket(); "
+        's.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 29500)); '
+        "s.listen(); time.sleep(300)' >/dev/null 2>&1 & echo $!",
+    ).strip()
+    try:
+        result = _serve()
+        assert not result.ok
+        message = _messages(result)
+        assert "port: 29500" in message, message
+        assert "EADDRINUSE" in message
+        assert "the workers were stopped too" in message
+        assert not _container_id("gx10-a")
+        assert not _container_id("gx10-b")
+    finally:
+        node_sh("gx10-a", f"kill {squatter}", check=False)
+
+
+def test_a_head_without_its_worker_times_out_clearly(left_down: None) -> None:
+    """Only the head is launched (the worker is left out with --limit): it must give up after
+    the rendezvous timeout with torch's message naming the missing rank, not hang."""
+    short = {
+        "GX10_SIM_SYSFS_ROOT": "/run/gx10-sim/sys",
+        "GX10_SIM_BOOT_SECONDS": "3",
+        "GX10_SIM_RENDEZVOUS_TIMEOUT": "8",
+    }
+    node_sh("gx10-b", f"docker rm -f {CONTAINER} >/dev/null")
+    node_sh("gx10-a", f"docker rm -f {CONTAINER} >/dev/null")
+    # provision() adds localhost, where the validate play runs.
+    result = provision(
+        LAB_INVENTORY,
+        "serve.yml",
+        limit="gx10-a",
+        extravars={"vllm_serve_extra_env": short},
+    )
+    assert not result.ok
+    message = _messages(result)
+    assert "Timed out after 9 seconds waiting for clients" in message, message
+    assert "Missing node rank(s): 1" in message
+    assert not _container_id("gx10-a")

@@ -1,8 +1,10 @@
 """The supervised pair on the lab (issue 11): the nodes' gx10-pair agents own the ranks.
 
-One bring-up for the file: site.yml converges the lab, then serve.yml with supervision on
-(vllm_supervisor_enabled, the lab's fast timings from its inventory). Each fault ends with the
-pair serving again (the smoke stage passes), within a bound.
+The file starts from the session's shared converge (an unsupervised pair serving), runs
+serve.yml with supervision on (vllm_supervisor_enabled, the lab's fast timings from its
+inventory), and ends by turning supervision off again: serve.yml without it takes the agents away
+and serves the pair unsupervised, as the file found it. Each fault ends with the pair serving
+again (the smoke stage passes), within a bound.
 """
 
 from __future__ import annotations
@@ -74,16 +76,20 @@ def _smoke() -> None:
     assert result.ok, result.failed_tasks
 
 
+def _agent_installed(node: str) -> bool:
+    probe = "test -e /etc/systemd/system/gx10-pair.service && echo yes"
+    return node_sh(node, probe, check=False).strip() == "yes"
+
+
 @pytest.fixture(scope="module")
-def supervised(lab_up: lab.LabStatus) -> ProvisionResult:
-    converged = provision(LAB_INVENTORY, "site.yml")
-    assert converged.ok, converged.failed_tasks
+def supervised(serving_lab: ProvisionResult) -> Iterator[ProvisionResult]:
     result = _provision("serve.yml")
     assert result.ok, result.failed_tasks
     yield result
-    # Leave the lab unsupervised for the files after this one.
-    stopped = _provision("stop.yml")
-    assert stopped.ok, stopped.failed_tasks
+    # The last test turns supervision off; after a failure before it, do it here.
+    if any(_agent_installed(node) for node in NODES):
+        restored = provision(LAB_INVENTORY, "serve.yml")
+        assert restored.ok, restored.failed_tasks
 
 
 def test_each_rank_is_a_unit_of_its_nodes_agent(supervised: ProvisionResult) -> None:
@@ -390,3 +396,25 @@ def test_a_rank_killed_by_the_memory_guard_restarts_the_pair_with_its_reason(
         drops = node_sh(node, f'grep \'"kind":"drop-caches"\' {log}').splitlines()
         assert json.loads(drops[-1])["at"] > kill["at"], node
         assert json.loads(drops[-1])["ok"] is True, node
+
+
+def test_turning_supervision_off_takes_the_agents_away_and_serves_unsupervised(
+    supervised: ProvisionResult,
+) -> None:
+    """serve.yml without vllm_supervisor_enabled after a supervised pair: the agents are stopped
+    and removed before the unsupervised launch (left running, an agent would restart its rank
+    unit beside the launch's container until its breaker tripped), and the pair serves."""
+    _until("serving", _serving, 60)
+    result = provision(LAB_INVENTORY, "serve.yml")
+    assert result.ok, result.failed_tasks
+    for node in NODES:
+        assert not _agent_installed(node), node
+        units = node_sh(node, "systemctl list-units 'gx10-pair*' 'gx10-vllm-rank*' --all --plain")
+        assert "gx10-pair.service" not in units, units
+        assert "gx10-vllm-rank.service" not in units, units
+        assert node_sh(node, "ls /etc/gx10").split().count("pair.token") == 0
+        assert _container(node), f"{node}: no rank runs after the unsupervised launch"
+    _smoke()
+    again = provision(LAB_INVENTORY, "serve.yml")
+    assert again.ok, again.failed_tasks
+    assert again.changed_total == 0

@@ -1,9 +1,10 @@
 """Four nodes on a switch (issue 15): `gx10 lab up --nodes 4`, then the whole pipeline.
 
-One bring-up for the file: the lab is reshaped to four nodes on the switch stand-in (a bridge per
-rail), site.yml converges `inventories/lab4` (tensor parallel 4, `gx10_topology: switch`), and at
-the end the lab is put back to its two nodes on cables for whatever runs next. The file name sorts
-it after every two-node file, so a full run reshapes the lab once.
+One bring-up for the file (conftest's `four_node_lab` and `four_node_converge`): the lab is
+reshaped to four nodes on the switch stand-in (a bridge per rail) and site.yml converges
+`inventories/lab4` (tensor parallel 4, `gx10_topology: switch`). It runs after every two-node
+file, and nothing after it needs two nodes on cables (test_lab.py, last, brings a fresh lab up),
+so the lab is not put back.
 """
 
 from __future__ import annotations
@@ -38,23 +39,14 @@ def _messages(result: ProvisionResult) -> str:
 
 
 @pytest.fixture(scope="module")
-def four() -> Iterator[lab.LabStatus]:
-    started = time.monotonic()
-    status = lab.up(CFG4, log=lambda line: print(f"lab: {line}"))
-    print(f"lab up --nodes 4: {time.monotonic() - started:.1f} s")
-    try:
-        yield status
-    finally:
-        lab.up(log=lambda line: print(f"lab: {line}"))
+def four(four_node_lab: lab.LabStatus) -> lab.LabStatus:
+    return four_node_lab
 
 
 @pytest.fixture(scope="module")
-def converged(four: lab.LabStatus) -> ProvisionResult:
-    started = time.monotonic()
-    result = provision(LAB4, "site.yml")
-    print(f"site.yml on four nodes: {time.monotonic() - started:.1f} s")
-    assert result.ok, _messages(result)
-    return result
+def converged(four_node_converge: ProvisionResult) -> ProvisionResult:
+    assert four_node_converge.ok, _messages(four_node_converge)
+    return four_node_converge
 
 
 def test_the_lab_is_four_nodes_on_one_bridge_per_rail(four: lab.LabStatus) -> None:
@@ -163,7 +155,13 @@ def test_a_throttled_node_is_named_on_each_of_its_links(converged: ProvisionResu
         result = provision(
             LAB4,
             "fabric.yml",
-            extravars={"fabric_bandwidth": True, "fabric_bandwidth_budget_seconds": 0},
+            # 1 s per run (the lab inventory's 3 s): a 300 mbit link is as plain in one second
+            # as in three, and the six pairs take three rounds.
+            extravars={
+                "fabric_bandwidth": True,
+                "fabric_bandwidth_budget_seconds": 0,
+                "fabric_bandwidth_seconds": 1,
+            },
             on_event=keep,
         )
     finally:
