@@ -1046,24 +1046,39 @@ def test_engine_load_follows_the_running_sequences() -> None:
 
 
 def test_gpu_load_is_written_on_change_and_rate_limited(tmp_path: Path) -> None:
+    """The interval on a fake clock: what is set within it waits for the clock to pass it, and
+    only the latest of those is written."""
+    now = [100.0]
+    looked: list[float] = []  # the writer's readings of the clock
+
+    def clock() -> float:
+        looked.append(now[0])
+        return now[0]
+
     sent: list[tuple[float, float]] = []
     out = io.StringIO()
     load = sim.GpuLoad(
         tmp_path,
         sim.Log(out=out),
         min_interval=0.3,
-        sinks=[lambda x: sent.append((x, time.monotonic()))],
+        sinks=[lambda x: sent.append((x, now[0]))],
+        clock=clock,
     )
     try:
         load.set(0.7)
         wait_until(lambda: read_load(tmp_path) == 0.7, 5, "the first load")
         for value in (0.8, 0.9, 1.0):  # within one interval: only the latest is written
             load.set(value)
+        now[0] = 100.29
+        wait_until(lambda: 100.29 in looked, 5, "the writer reading the clock at 100.29")
+        assert sent == [(0.7, 100.0)]  # 0.29 s after the last write: held
+        now[0] = 100.3
         wait_until(lambda: read_load(tmp_path) == 1.0, 5, "the latest load")
+        assert sent == [(0.7, 100.0), (1.0, 100.3)]
+        now[0] = 101.0
         load.set(1.0)  # unchanged: nothing to write
-        time.sleep(0.5)
-        assert [value for value, _ in sent] == [0.7, 1.0]
-        assert sent[1][1] - sent[0][1] >= 0.29
+        time.sleep(0.2)
+        assert sent == [(0.7, 100.0), (1.0, 100.3)]
         assert (tmp_path / "load").read_text(encoding="utf-8") == "1.000\n"
     finally:
         load.close()
