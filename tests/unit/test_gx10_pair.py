@@ -764,13 +764,14 @@ def test_stalls_restart_after_the_threshold_but_never_probe_under_the_bench_lock
     lock_fd = os.open(p.dirs["a"] / "bench.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX)  # a benchmark session runs
-        time.sleep(0.3)  # a probe already in flight finishes
+        # The head probes in its loop: once it has skipped one, none is in flight.
+        skipped = "stall probe skipped: a benchmark holds the node lock"
+        p.wait("a probe skipped", lambda: skipped in p.log("a"))
         held = len(p.vllm.completions)
         p.vllm.stall = True
         time.sleep(1.6)  # three probe intervals
         assert len(p.vllm.completions) == held
         assert p.status("a")["generation"] == 1
-        assert "stall probe skipped: a benchmark holds the node lock" in p.log("a")
     finally:
         fcntl.flock(lock_fd, fcntl.LOCK_UN)
         os.close(lock_fd)
