@@ -199,11 +199,23 @@ def test_cool_down_waits_until_every_node_is_below_the_limit(
     clocks = controller(pair, hub, cool_down_timeout_s=30)
     messages: list[str] = []
     clocks.log = messages.append
-    threading.Timer(1.5, lambda: b.set_ambient(0)).start()
-    started = time.monotonic()
-    clocks.cool_down()
-    waited = time.monotonic() - started
-    assert 1.4 < waited < 10
+    cooling = threading.Event()
+
+    def cool() -> None:
+        cooling.set()  # first: set before any reading can show the cooler node
+        b.set_ambient(0)
+
+    threading.Timer(1.5, cool).start()
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        time.sleep(seconds)
+
+    clocks.cool_down(sleep=sleep)
+    assert cooling.is_set()  # it returned only once the node was cooled
+    assert sleeps
+    assert set(sleeps) == {0.1}  # polled at poll_s, never a longer nap
     assert messages[0].startswith("cooling down: node-b at 76 C (waiting for every node below 70")
     assert messages[-1] == "cooled down below 70 C"
 
@@ -215,20 +227,26 @@ def test_cool_down_is_bounded_and_the_abort_limit_is_immediate(
     a.set_ambient(30)
     assert wait_for(lambda: temperature(hub, "node-a") == 76)
     clocks = controller(pair, hub, cool_down_timeout_s=1.0)
-    started = time.monotonic()
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        time.sleep(seconds)
+
     with pytest.raises(SweepAborted) as error:
-        clocks.cool_down()
-    assert time.monotonic() - started < 5
+        clocks.cool_down(sleep=sleep)
     assert str(error.value) == (
         "cool-down: node-a at 76 C after 1 s (every node must be below 70 C before a case)"
     )
+    assert sleeps
+    assert all(0 < pause <= 0.1 for pause in sleeps)  # polls: the timeout ends the wait
     a.set_ambient(40)  # 86 C idle: above the abort limit
     assert wait_for(lambda: temperature(hub, "node-a") == 86)
     clocks = controller(pair, hub, cool_down_timeout_s=60)
-    started = time.monotonic()
+    sleeps.clear()
     with pytest.raises(SweepAborted, match=r"^node-a at 86 C, above the abort limit 84 C$"):
-        clocks.cool_down()
-    assert time.monotonic() - started < 2
+        clocks.cool_down(sleep=sleep)
+    assert sleeps == []  # immediate: not one poll of the cool-down
     assert clocks.hazard() == "node-a at 86 C, above the abort limit 84 C"
 
 

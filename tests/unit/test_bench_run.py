@@ -2,9 +2,10 @@
 lock, cache-hit flags, a server error mid-case, validation against the server, and the report.
 
 The pair runs the reference perf model at GX10_SIM_TIME_SCALE=0.02 (50x faster than real time).
-The bench knows nothing of it: its figures are wall-clock, so the expectations here convert the
-model's simulated figures (a wall second is 1/SCALE simulated seconds: a simulated 0.3 s TTFT
-reads 0.006 s, a simulated 55 tok/s reads 2,750 tok/s).
+The bench knows nothing of it: its figures are wall-clock (a simulated 0.3 s TTFT reads 0.006 s),
+so the tests here check how they are derived (the order of a request's times, the spans and sums),
+not how long anything took on this machine; their accuracy against the model is
+bench/bench_accuracy.py's figure.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import csv
 import io
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -105,9 +107,14 @@ def test_run_writes_results_and_resumes(url: str, tmp_path: Path, lock: Path) ->
     assert document["server"]["max_num_seqs"] == MAX_NUM_SEQS
     assert [r["prompt_tokens"] for r in case["request_results"]] == [512, 512]  # server's usage
     assert case["server"]["delta"]["vllm:generation_tokens_total"] == case["completion_tokens"]
-    # 512 tokens at the reference prefill rate take about 0.34 simulated seconds, the second
-    # prompt waits behind the first: a p50 between 0.2 and 1.5 simulated seconds, in wall seconds.
-    assert 0.2 * SCALE < case["ttft_s"]["p50"] < 1.5 * SCALE
+    # TTFT is each request's own first token less its send, in the order its stream saw them;
+    # how close the figures come to the simulator's model is bench/bench_accuracy.py's (within
+    # 3%), not a timed assertion here.
+    rows = case["request_results"]
+    for r in rows:
+        assert 0 <= r["sent"] < r["first_token"] <= r["last_token"] <= r["done"], r
+        assert r["ttft_s"] == pytest.approx(r["first_token"] - r["sent"])
+    assert case["ttft_s"]["p50"] == pytest.approx(statistics.median(r["ttft_s"] for r in rows))
     assert (out / "results.csv").read_text().count("\n") == 5
     assert (out / "requests.csv").read_text().count("\n") == 1 + 1 + 1 + 2 + 2
     second = bench(url, out, lock, prompt_lengths="256,512,1024", concurrency="1,2")

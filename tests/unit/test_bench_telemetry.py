@@ -4,6 +4,7 @@ and the per-case figures (gx10.bench.metrics.case_telemetry)."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from bench_helpers import DOCKER_EXEC_LIKE, processes_mentioning, sim_node
 
+from gx10.bench import telemetry
 from gx10.bench.metrics import case_telemetry
 from gx10.bench.nodes import Node
 from gx10.bench.telemetry import (
@@ -123,9 +125,20 @@ def test_hub_reads_every_node_and_writes_the_timeline(tmp_path: Path) -> None:
     wait_for(lambda: processes_mentioning(str(tmp_path)) == [], 10)
 
 
-def test_the_remote_query_ends_with_its_stdin(tmp_path: Path) -> None:
+def test_the_remote_query_ends_with_its_stdin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Through a `docker exec`-like transport (no signal forwarded, no broken pipe), closing
-    the query's stdin is what ends nvidia-smi on the node: at once, not by a kill of our end."""
+    the query's stdin is what ends nvidia-smi on the node: not the kill of our end that stop()
+    falls back to when the query outlives its timeout."""
+    killed: list[int] = []
+    kill_group = telemetry._kill_group
+
+    def recorded(proc: subprocess.Popen[str]) -> None:
+        killed.append(proc.pid)
+        kill_group(proc)
+
+    monkeypatch.setattr(telemetry, "_kill_group", recorded)
     a = sim_node(tmp_path, "node-a")
     relay = tmp_path / "docker-exec-like.py"
     relay.write_text(DOCKER_EXEC_LIKE)
@@ -135,10 +148,8 @@ def test_the_remote_query_ends_with_its_stdin(tmp_path: Path) -> None:
         assert hub.wait_for(0.0, 15) == []
         assert processes_mentioning(str(tmp_path)) != []
     finally:
-        started = time.monotonic()
-        hub.stop(timeout=5)
-        stopped = time.monotonic() - started
-    assert stopped < 3  # the graceful path, not the 5 s fallback
+        hub.stop(timeout=30)  # however slow this machine is, the stdin's close gets its time
+    assert killed == []  # the graceful path, not the fallback
     wait_for(lambda: processes_mentioning(str(tmp_path)) == [], 10)
     assert processes_mentioning(str(tmp_path)) == []
 

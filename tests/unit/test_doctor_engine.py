@@ -9,8 +9,10 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
+import httpx
 import pytest
 
 from gx10._collection import load as module_utils
@@ -394,11 +396,35 @@ def test_scrape_of_a_port_nobody_listens_on() -> None:
 
 
 def test_scrape_is_bounded_in_time_by_a_slow_server(server: str) -> None:
-    Metrics.drip = 0.1  # a byte every 0.1 s: each read is quick, the whole is not
-    started = time.monotonic()
+    Metrics.drip = 0.1  # a byte every 0.1 s: each read is quick, the whole (5 s) is not
     got = em.scrape(server, timeout=0.5)
-    assert time.monotonic() - started < 3.0
+    # Read to the end, the 50 bytes would be a parse error: this is the deadline's own word.
     assert got.problem == f"{server}/metrics took over 0.5 s to answer"
+
+
+class Dripping(httpx.SyncByteStream):
+    """/metrics in 50 one-byte chunks, each one `step` seconds of `clock` after the last."""
+
+    def __init__(self, clock: list[float], step: float) -> None:
+        self.clock, self.step, self.sent = clock, step, 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for byte in VLLM_METRICS.encode()[:50]:
+            self.clock[0] += self.step
+            self.sent += 1
+            yield bytes([byte])
+
+
+def test_scrape_stops_reading_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deadline on a fake clock: the read stops at the first chunk past it, not at the end."""
+    clock = [1000.0]
+    monkeypatch.setattr(em, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    body = Dripping(clock, 0.125)
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, stream=body))
+    got = em.scrape("http://gx10-a:8000", timeout=0.5, transport=transport)
+    assert got.problem == "http://gx10-a:8000/metrics took over 0.5 s to answer"
+    assert body.sent == 5  # 0.625 s after the start: the first chunk past 0.5 s
+    assert clock[0] == 1000.625
 
 
 def test_scrape_of_a_bad_endpoint_does_not_raise() -> None:

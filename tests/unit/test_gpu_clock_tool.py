@@ -163,10 +163,9 @@ def test_session_deadline_is_a_safety_net(node: Node) -> None:
     node.run("apply")
     session = node.session("stuck controller", "--max-seconds", "1")
     node.run("set", "2400", "--session", session.ready["token"])  # type: ignore[attr-defined]
-    started = time.monotonic()
+    # Its stdin stays open: only the deadline ends it (end() fails after 30 s if it never does).
     result = end(session)
     assert result["ended"] == "--max-seconds 1 reached"
-    assert time.monotonic() - started < 20
     assert node.lock() == "208,2000"
 
 

@@ -14,7 +14,6 @@ import dataclasses
 import io
 import json
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -285,9 +284,8 @@ def test_requests_hold_blocks_as_they_grow_and_wait_for_free_ones() -> None:
     admitted: list[KvLease] = []
     waiter = threading.Thread(target=lambda: admitted.append(engine.admit(32)), daemon=True)
     waiter.start()
-    time.sleep(0.3)
+    wait_until(lambda: engine.waiting == 1, 5, "the request waiting for blocks")
     assert not admitted  # 2 blocks are not free: it waits as vLLM's scheduler keeps it waiting
-    assert engine.waiting == 1
     engine.release(first)
     waiter.join(timeout=5)
     assert admitted

@@ -33,6 +33,7 @@ class GpuLoad:
     `min_interval` (the latest value wins, published when the interval has passed), by a
     background thread so the engine never waits on a file. Writes are atomic (temporary file,
     then rename); a failing one (no state directory, read-only) is logged once, then ignored.
+    The interval is measured on `clock` (monotonic seconds).
     """
 
     def __init__(
@@ -41,11 +42,13 @@ class GpuLoad:
         log: Log,
         min_interval: float = LOAD_MIN_INTERVAL_S,
         sinks: Sequence[Callable[[float], None]] = (),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.path = state_dir / LOAD_FILE
         self.log = log
         self.min_interval = min_interval
         self.sinks = list(sinks)
+        self.clock = clock
         self._cond = threading.Condition()
         self._pending: float | None = None
         self._published: float | None = None
@@ -74,13 +77,13 @@ class GpuLoad:
                 if value is None or value == self._published:
                     self._cond.wait()
                     continue
-                wait = self._last + self.min_interval - time.monotonic()
+                wait = self._last + self.min_interval - self.clock()
                 if wait > 0:
                     self._cond.wait(wait)
                     continue
                 self._pending = None
                 self._published = value
-                self._last = time.monotonic()
+                self._last = self.clock()
             self._publish(value)
 
     def _publish(self, value: float) -> None:

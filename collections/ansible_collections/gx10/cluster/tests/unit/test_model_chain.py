@@ -250,47 +250,63 @@ def _relay_params(wait: int) -> dict[str, Any]:
     return {"relay_wait": wait, "relay_from": "gx10-b", "attempts": 2, "timeout": 5}
 
 
+def _relays_on(clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The module's relays wait on `clock` (their sleeps advance it at once): each relay the
+    module makes (or None: no relay) is listed in the list returned."""
+    made: list[Any] = []
+    relay_for = model_fetch.relay_for
+
+    def on_the_clock(params: dict[str, Any], source: Any) -> Any:
+        relay = relay_for(params, source)
+        if relay is not None:
+            relay.clock, relay.sleep = clock, clock.sleep
+        made.append(relay)
+        return relay
+
+    monkeypatch.setattr(model_fetch, "relay_for", on_the_clock)
+    return made
+
+
 def test_a_file_verified_upstream_later_is_waited_for_then_fetched(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(model_fetch, "RELAY_POLL_SECONDS", 0.05)
+    clock = FakeClock()
+    _relays_on(clock, monkeypatch)
     upstream = _checkpoint(tmp_path / "upstream")
     files = _files(upstream)
     late = upstream / "model-00002.safetensors"
     held = late.with_name(late.name + ".partial")
     late.rename(held)  # being received upstream
-    # It is verified upstream 0.3 s after the first time it is asked for.
-    timer = threading.Timer(0.3, lambda: held.rename(late))
+    # It is verified upstream 3 s (of the relay's clock) after the first time it is asked for.
     not_yet = model_fetch.Relay.not_yet
 
-    def first_404_starts_the_timer(self: Any, *args: Any) -> None:
-        if not timer.is_alive() and held.exists():
-            timer.start()
-        not_yet(self, *args)
+    def verified_at_3_s(self: Any, *args: Any) -> None:
+        not_yet(self, *args)  # sleeps one poll (1 s)
+        if clock.now >= 3:
+            held.rename(late)
 
-    monkeypatch.setattr(model_fetch.Relay, "not_yet", first_404_starts_the_timer)
+    monkeypatch.setattr(model_fetch.Relay, "not_yet", verified_at_3_s)
     with _peer(upstream) as (_, url):
-        try:
-            result = _run(tmp_path / "here", files, url, **_relay_params(30))
-        finally:
-            timer.cancel()
+        result = _run(tmp_path / "here", files, url, **_relay_params(30))
     assert result["ok"]
     assert result["files_fetched"] == 3
-    assert result["relay_waited"] >= 0.25
+    assert result["relay_waited"] == 3.0  # three polls, then the file came
+    assert clock.now == 3.0
     assert (tmp_path / "here" / "model-00002.safetensors").read_bytes() == late.read_bytes()
 
 
 def test_a_file_that_never_comes_fails_naming_the_node_the_file_and_the_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(model_fetch, "RELAY_POLL_SECONDS", 0.05)
+    clock = FakeClock()
+    _relays_on(clock, monkeypatch)
     upstream = _checkpoint(tmp_path / "upstream")
     files = _files(upstream)
     (upstream / "model-00001.safetensors").unlink()  # upstream's fetch stopped before it
-    started = time.monotonic()
     with _peer(upstream) as (_, url), pytest.raises(Failed) as failed:
         _run(tmp_path / "here", files, url, **_relay_params(1))
-    assert time.monotonic() - started < 10
+    assert clock.now == 1.0  # it gave up at relay_wait, not later
+    assert failed.value.result["relay_waited"] == 1.0
     assert "model-00001.safetensors: gx10-b (" in failed.value.msg
     assert "after 1 s without progress" in failed.value.msg
     assert "gx10_model_relay_wait" in failed.value.msg
@@ -300,14 +316,16 @@ def test_a_file_that_never_comes_fails_naming_the_node_the_file_and_the_variable
     assert not (tmp_path / "here" / "model-00001.safetensors").exists()
 
 
-def test_without_relay_wait_a_404_is_final_as_before(tmp_path: Path) -> None:
+def test_without_relay_wait_a_404_is_final_as_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = _relays_on(FakeClock(), monkeypatch)
     upstream = _checkpoint(tmp_path / "upstream")
     files = _files(upstream)
     (upstream / "model-00001.safetensors").unlink()
-    started = time.monotonic()
     with _peer(upstream) as (_, url), pytest.raises(Failed) as failed:
         _run(tmp_path / "here", files, url)
-    assert time.monotonic() - started < 5
+    assert made == [None]  # no relay: nothing waits for the file
     assert "HTTP 404" in failed.value.msg
     assert failed.value.result["relay_waited"] == 0.0
 
