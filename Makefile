@@ -94,7 +94,8 @@ GX10_TEST_TIMING_DIR ?= $(CURDIR)/.cache/test-timing
 TIMING := python -m gx10._dev.timing_report --dir $(GX10_TEST_TIMING_DIR)
 
 # Each stage is its own make, timed. As with prerequisites, a failed stage stops the ones after it
-# and its status is make's; the report is printed in any case.
+# and its status is make's; the report is printed in any case. molecule and e2e share one lab,
+# left up at the end (.ci/run takes it down; `make lab-down` here).
 test: venv ## Everything: lint, unit, molecule, end to end; then the timing report
 	rm -f $(GX10_TEST_TIMING_DIR)/*.json
 	rc=0; for stage in lint unit molecule e2e; do \
@@ -128,15 +129,14 @@ docs: venv ## Regenerate each role README's variable table from meta/argument_sp
 unit: venv browser-deps proxy-deps prometheus-tools ## Unit tests (plugins, Python; the report in a browser, the gateway behind haproxy, promtool)
 	pytest -q -n auto --dist loadfile -p gx10._dev.pytest_timing --timing-stage unit
 
-# One lab for every scenario (each leaves the nodes as its role converged them; none needs a
-# fresh lab): bring it up once, keep it between scenarios, take it down at the end unless
-# GX10_KEEP_LAB is set.
-molecule: venv host-deps ## Role tests on the lab: check, converge, idempotence, verify
+# The role tests as one pipeline on one lab (gx10._dev.role_pipeline): every scenario in stage
+# order, its prerequisite stages only where this run has not applied them yet, its setup, then
+# its molecule steps (check, converge, idempotence, verify, ...); the first failing step stops
+# it. The lab stays up: the e2e stage starts from the state the pipeline leaves (`make lab-down`
+# or .ci/run's exit takes it down). One scenario alone, through molecule: `molecule test -s NAME`.
+molecule: venv host-deps ## Role tests on the lab, one pipeline in stage order (check, converge, idempotence, verify)
 	gx10 lab up
-	for scenario in $$(ls molecule | grep -v '^shared$$'); do \
-	  GX10_KEEP_LAB=1 molecule test --scenario-name "$$scenario" || exit 1; \
-	done
-	if [ -z "$${GX10_KEEP_LAB:-}" ]; then gx10 lab down; fi
+	python -m gx10._dev.role_pipeline
 
 e2e: venv host-deps ## End to end: provision() against the lab
 	pytest -q -m lab --durations=30 -p gx10._dev.pytest_timing --timing-stage e2e tests/e2e

@@ -229,3 +229,51 @@ def test_make_test_stops_at_a_failed_stage_prints_the_report_and_keeps_its_statu
     report = json.loads((tmp_path / ".cache" / "test-timing" / "report.json").read_text())
     assert [row["status"] for row in report["stages"]] == ["ok", "failed (2)", "not run", "not run"]
     assert not stale.exists()
+
+
+def step(name: str, seconds: float, outcome: str = "passed") -> dict[str, Any]:
+    return {"step": name, "seconds": seconds, "outcome": outcome}
+
+
+def test_the_role_pipeline_s_scenarios_are_rows_in_its_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """gx10._dev.role_pipeline's molecule.json: a row per scenario, its steps' seconds."""
+    directory = _fixture_dir(tmp_path / "timing")
+    pipeline = {
+        "stage": "molecule", "seconds": 300.0, "outcome": "failed",
+        "failed": {"scenario": "fabric", "step": "verify", "message": "pytest exited 1"},
+        "syntax": step("syntax", 4.0),
+        "scenarios": [
+            {"name": "rail_network", "seconds": 120.0, "outcome": "passed",
+             "steps": [step("setup", 20.0), step("converge", 100.0)]},
+            {"name": "fabric", "seconds": 60.5, "outcome": "failed",
+             "steps": [step("prerequisites", 0.0, "skipped"), step("verify", 60.5, "failed")]},
+            {"name": "gpu_clock", "seconds": 0.0, "outcome": "not run", "steps": []},
+        ],
+    }  # fmt: skip
+    (directory / "molecule.json").write_text(json.dumps(pipeline))
+    budget = tmp_path / "PERF.md"
+    budget.write_text(TABLE.replace("| total |", "| molecule: rail_network | 100 | - |\n| total |"))
+
+    assert timing_report.main(["--dir", str(directory), "--budget", str(budget), "print"]) == 0
+
+    report = json.loads((directory / "report.json").read_text())
+    rows = report["molecule_scenarios"]
+    assert [(row["row"], row["seconds"], row["outcome"]) for row in rows] == [
+        ("molecule: syntax", 4.0, "passed"),
+        ("molecule: rail_network", 120.0, "passed"),
+        ("molecule: fabric", 60.5, "failed"),
+        ("molecule: gpu_clock", None, "not run"),
+    ]
+    assert rows[1]["steps"] == {"setup": 20.0, "converge": 100.0}
+    assert "molecule: rail_network" in [row["row"] for row in report["over_budget"]]
+    assert len(report["slowest"]) == 30  # the pipeline's JSON has no tests: only pytest's count
+    out = capsys.readouterr().out
+    assert re.search(
+        r"^rail_network +120\.0 +100\.0 +passed +setup 20\.0, converge 100\.0 +OVER by 20 s$",
+        out,
+        re.M,
+    ), out
+    assert re.search(r"^fabric +60\.5 +- +failed +verify 60\.5!$", out, re.M), out
+    assert re.search(r"^gpu_clock +- +- +not run$", out, re.M), out

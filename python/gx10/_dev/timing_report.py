@@ -1,9 +1,11 @@
-"""`make test`'s timing report: time per stage, per end-to-end file, the slowest tests.
+"""`make test`'s timing report: time per stage, per end-to-end file, per molecule scenario, the
+slowest tests.
 
 ``python -m gx10._dev.timing_report stage-start NAME`` and ``stage-end NAME RC`` record a
-stage's start, end and exit status in ``<dir>/stages.json``; ``print`` reads those and the
-pytest runs' JSONs (``<dir>/<stage>.json``, written by gx10._dev.pytest_timing), prints the
-report, writes it to ``<dir>/report.json``, and marks every row over its budget in
+stage's start, end and exit status in ``<dir>/stages.json``; ``print`` reads those, the
+pytest runs' JSONs (``<dir>/<stage>.json``, written by gx10._dev.pytest_timing) and the role
+pipeline's (``<dir>/molecule.json``, written by gx10._dev.role_pipeline: each scenario's steps),
+prints the report, writes it to ``<dir>/report.json``, and marks every row over its budget in
 docs/PERFORMANCE.md's "Test suite budget" table. Being over budget never fails anything: this
 is a report. ``<dir>`` is ``$GX10_TEST_TIMING_DIR``, else ``.cache/test-timing``.
 """
@@ -26,7 +28,7 @@ BUDGET_FILE = Path("docs") / "PERFORMANCE.md"
 BUDGET_HEADING = "## Test suite budget"
 STAGES = ("lint", "unit", "molecule", "e2e")
 SLOWEST = 30
-_ROW = re.compile(r"(stage: [a-z0-9_-]+|e2e: test_[A-Za-z0-9_]+\.py|total)")
+_ROW = re.compile(r"(stage: [a-z0-9_-]+|e2e: test_[A-Za-z0-9_]+\.py|molecule: [a-z0-9_]+|total)")
 _NOT_PYTEST = ("stages.json", "report.json")
 
 
@@ -46,7 +48,8 @@ def _cells(line: str) -> list[str]:
 
 
 def parse_budget(text: str, path: str = str(BUDGET_FILE)) -> dict[str, Budget]:
-    """The rows of the table under BUDGET_HEADING: `stage: NAME`, `e2e: test_X.py`, `total`."""
+    """The rows of the table under BUDGET_HEADING: `stage: NAME`, `e2e: test_X.py`,
+    `molecule: SCENARIO`, `total`."""
     lines = text.splitlines()
     try:
         start = next(i for i, line in enumerate(lines) if line.strip() == BUDGET_HEADING)
@@ -76,7 +79,8 @@ def parse_budget(text: str, path: str = str(BUDGET_FILE)) -> dict[str, Budget]:
         row, value = cells[header.index("row")], cells[header.index("budget s")]
         if not _ROW.fullmatch(row):
             raise BudgetError(
-                f"{path}:{number}: row {row!r} is none of 'stage: NAME', 'e2e: test_X.py', 'total'"
+                f"{path}:{number}: row {row!r} is none of 'stage: NAME', 'e2e: test_X.py', "
+                "'molecule: SCENARIO', 'total'"
             )
         if row in budgets:
             raise BudgetError(f"{path}:{number}: row {row!r} again (line {budgets[row].line})")
@@ -124,8 +128,39 @@ def _row(
     }
 
 
+def _molecule_rows(
+    pipeline: Mapping[str, Any], budgets: Mapping[str, Budget]
+) -> list[dict[str, Any]]:
+    """The role pipeline's rows, in its (stage) order: its one syntax check, then each scenario
+    with its outcome and the seconds of the steps it ran (a scenario the run did not reach: no
+    seconds; skipped prerequisites: not a step)."""
+    rows = []
+    syntax = pipeline.get("syntax")
+    if syntax:
+        rows.append(
+            _row(
+                "molecule: syntax",
+                syntax["seconds"],
+                budgets,
+                outcome=syntax["outcome"],
+                steps={},
+                failed_step=None,
+            )
+        )
+    for scenario in pipeline.get("scenarios", []):
+        ran = [step for step in scenario["steps"] if step["outcome"] != "skipped"]
+        failed = [step["step"] for step in ran if step["outcome"] == "failed"]
+        rows.append(
+            _row(f"molecule: {scenario['name']}",
+                 scenario["seconds"] if scenario["steps"] else None, budgets,
+                 outcome=scenario["outcome"], steps={step["step"]: step["seconds"] for step in ran},
+                 failed_step=failed[0] if failed else None)
+        )  # fmt: skip
+    return rows
+
+
 def build(directory: Path, budgets: Mapping[str, Budget]) -> dict[str, Any]:
-    """The report from the stage records and pytest JSONs in `directory`."""
+    """The report from the stage records, pytest JSONs and role pipeline JSON in `directory`."""
     path = directory / "stages.json"
     stages: dict[str, dict[str, Any]] = _read(path) if path.exists() else {}
     runs = {p.stem: _read(p) for p in sorted(directory.glob("*.json")) if p.name not in _NOT_PYTEST}
@@ -161,14 +196,19 @@ def build(directory: Path, budgets: Mapping[str, Budget]) -> dict[str, Any]:
         )
     files.sort(key=lambda row: -(row["seconds"] or 0.0))
 
-    tests = [{"stage": stage, **test} for stage, run in runs.items() for test in run["tests"]]
+    scenarios = _molecule_rows(runs.get("molecule", {}), budgets)
+
+    tests = [
+        {"stage": stage, **test} for stage, run in runs.items() for test in run.get("tests", [])
+    ]
     tests.sort(key=lambda test: -test["total_s"])
-    rows = [*stage_rows, total, *files]
+    rows = [*stage_rows, total, *files, *scenarios]
     return {
         "directory": str(directory),
         "stages": stage_rows,
         "total": total,
         "e2e_files": files,
+        "molecule_scenarios": scenarios,
         "slowest": tests[:SLOWEST],
         "over_budget": [row for row in rows if row["over_s"] is not None],
     }
@@ -223,6 +263,17 @@ def render(report: Mapping[str, Any]) -> str:
             )  # fmt: skip
         out += ["", *_table(("e2e file", "time s", "budget s", "tests", "pair restarts",
                              "playbook runs", ""), file_lines)]  # fmt: skip
+    if report.get("molecule_scenarios"):
+        scenario_lines = [
+            (row["row"].removeprefix("molecule: "), _s(row["seconds"]), _s(row["budget_s"]),
+             row["outcome"], ", ".join(
+                 f"{step} {s:.1f}" + ("!" if step == row["failed_step"] else "")
+                 for step, s in row["steps"].items()),
+             _over(row))
+            for row in report["molecule_scenarios"]
+        ]  # fmt: skip
+        out += ["", *_table(("molecule scenario", "time s", "budget s", "outcome",
+                             "steps (s; ! failed)", ""), scenario_lines)]  # fmt: skip
     if report["slowest"]:
         slow_lines = [
             (f"{test['total_s']:.1f}", _s(test.get("setup_s")), _s(test.get("call_s")),
