@@ -50,8 +50,14 @@ for f in /etc/netplan/* /etc/gx10/* /etc/systemd/system/gx10-* /etc/default/earl
     /etc/default/prometheus-node-exporter /etc/haproxy/haproxy.cfg /etc/haproxy/gx10-keys.map; do
   [ -f "$f" ] && echo "file $f $(sha256sum < "$f" | cut -c1-16)"
 done
-systemctl list-units 'gx10-*' earlyoom.service haproxy.service prometheus-node-exporter.service \
-  --all --no-legend --plain | awk '{{print "unit", $1, $3}}'
+# A oneshot unit (the clock policy) is active after a boot and inactive after a converge that
+# ran its tool directly: for those only whether it is enabled counts.
+for unit in $(systemctl list-units 'gx10-*' earlyoom.service haproxy.service \
+    prometheus-node-exporter.service --all --no-legend --plain | awk '{{print $1}}'); do
+  eval "$(systemctl show -p Type -p ActiveState -p UnitFileState "$unit" | sed 's/=\(.*\)/="\1"/')"
+  if [ "$Type" = oneshot ]; then echo "unit $unit oneshot $UnitFileState"
+  else echo "unit $unit $ActiveState $UnitFileState"; fi
+done
 docker ps -a --format 'container {{{{.Names}}}} {{{{.Image}}}} {{{{.State}}}}' | sort
 # Docker's own chains (their DNS ports change with every engine start) are not ours.
 iptables-save 2>/dev/null | grep '^-A' | grep -v DOCKER | sed 's/^/iptables /'
@@ -60,6 +66,12 @@ if [ -d {MODEL_DIR} ]; then
     | sort -k2 | sha256sum | cut -c1-16)"
 else
   echo "model absent"
+fi
+# A rank's bind mount keeps a deleted checkpoint directory: after a copy was removed and fetched
+# again the rank must be restarted to see it (the serve stage restarts the pair for that).
+if [ -n "$(docker ps -q --filter name=^gx10-vllm$)" ]; then
+  seen=$(docker exec gx10-vllm stat -c %i {MODEL_DIR} 2>&1); here=$(stat -c %i {MODEL_DIR} 2>&1)
+  echo "rank sees this node's checkpoint: $([ "$seen" = "$here" ] && echo yes || echo no)"
 fi
 """
 _HEALTH = "curl -s -o /dev/null -m 5 -w '%{http_code}' http://127.0.0.1:8000/health"

@@ -74,9 +74,18 @@ def _sha256(node: str, path: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def synced(serving_lab: ProvisionResult) -> ProvisionResult:
-    """The session's shared converge synced both copies (workers over rail 0)."""
-    return serving_lab
+def synced(serving_lab: ProvisionResult) -> Iterator[ProvisionResult]:
+    """The session's shared converge synced both copies (workers over rail 0). A test that
+    removes a copy leaves the serving rank on the deleted directory (its bind mount keeps it):
+    the file ends by restarting the pair then, as the serve stage does for a new copy."""
+    yield serving_lab
+    probe = (
+        f'[ "$(docker exec gx10-vllm stat -c %i {MODEL_DIR})" = "$(stat -c %i {MODEL_DIR})" ]'
+        " && echo same"
+    )
+    if any(node_sh(node, probe, check=False).strip() != "same" for node in ("gx10-a", "gx10-b")):
+        again = provision(LAB_INVENTORY, "serve.yml")
+        assert again.ok, again.failed_tasks
 
 
 def _copies() -> dict[str, str]:
