@@ -174,8 +174,9 @@ def attribute_errors(params: dict[str, Any]) -> list[str]:
 
 
 def file_arguments(module: AnsibleModule, path: str) -> dict[str, Any]:
+    """The module's own file arguments for one directory (a symlink's target, as file follows)."""
     params = module.params
-    return module.load_file_common_arguments(
+    arguments: dict[str, Any] = module.load_file_common_arguments(
         {
             "path": path,
             "owner": params["owner"],
@@ -184,6 +185,7 @@ def file_arguments(module: AnsibleModule, path: str) -> dict[str, Any]:
             "follow": True,
         }
     )
+    return arguments
 
 
 def created_diff(path: str) -> dict[str, Any]:
