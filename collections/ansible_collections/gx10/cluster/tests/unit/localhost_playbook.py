@@ -93,3 +93,35 @@ def run_module(tmp_path: Path, module: str, args: Mapping[str, Any]) -> dict[str
     assert run.returncode == 0, run.stdout + run.stderr
     result: dict[str, Any] = json.loads(out.read_text())
     return result
+
+
+def run_tasks(
+    tmp_path: Path, tasks: list[Mapping[str, Any]], timeout: float = 300
+) -> dict[str, Any]:
+    """Run ``tasks`` in order on localhost through a real ansible-playbook, each registering
+    ``r<i>`` with its failure ignored; every result by name (a failed one has ``failed: true``)."""
+    import json  # noqa: PLC0415
+
+    import yaml  # noqa: PLC0415
+
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {}}}}))
+    out = tmp_path / "results.json"
+    steps: list[dict[str, Any]] = [
+        {**task, "register": f"r{i}", "ignore_errors": True} for i, task in enumerate(tasks)
+    ]
+    names = {f"r{i}": f"{{{{ r{i} }}}}" for i in range(len(tasks))}
+    steps.append({"ansible.builtin.copy": {"content": "{{ results | to_json }}", "dest": str(out)},
+                  "vars": {"results": names}})  # fmt: skip
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(
+        yaml.safe_dump([{"hosts": "localhost", "connection": "local", "gather_facts": False,
+                         "tasks": steps}])
+    )  # fmt: skip
+    run = run_ansible_playbook(
+        tmp_path, inventory, playbook, "-e", f"ansible_python_interpreter={sys.executable}",
+        timeout=timeout,
+    )  # fmt: skip
+    assert out.exists(), run.stdout + run.stderr
+    results: dict[str, Any] = json.loads(out.read_text())
+    return results

@@ -12,12 +12,10 @@ import os
 import pwd
 import re
 import stat
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from ansible_collections.gx10.cluster.plugins.module_utils.gateway_keys import (
     GatewayKeyError,
@@ -31,7 +29,7 @@ from ansible_collections.gx10.cluster.plugins.module_utils.gateway_keys import (
     render_map,
     runtime_changes,
 )
-from ansible_collections.gx10.cluster.tests.unit.localhost_playbook import run_ansible_playbook
+from ansible_collections.gx10.cluster.tests.unit.localhost_playbook import run_tasks
 
 
 def sha(text: str) -> str:
@@ -169,31 +167,6 @@ def test_no_socket_means_no_running_gateway(tmp_path: Path) -> None:
 # --- the module, through a real ansible-playbook ------------------------------------------------
 
 
-def _run(tmp_path: Path, tasks: list[dict[str, Any]]) -> dict[str, Any]:
-    """Run `tasks` (each registering `r<i>`, failures ignored) on localhost; every result."""
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {}}}}))
-    out = tmp_path / "results.json"
-    steps: list[dict[str, Any]] = [
-        {**task, "register": f"r{i}", "ignore_errors": True} for i, task in enumerate(tasks)
-    ]
-    names = {f"r{i}": f"{{{{ r{i} }}}}" for i in range(len(tasks))}
-    steps.append({"ansible.builtin.copy": {"content": "{{ results | to_json }}", "dest": str(out)},
-                  "vars": {"results": names}})  # fmt: skip
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(
-        yaml.safe_dump([{"hosts": "localhost", "connection": "local", "gather_facts": False,
-                         "tasks": steps}])
-    )  # fmt: skip
-    run = run_ansible_playbook(
-        tmp_path, inventory, playbook, "-e", f"ansible_python_interpreter={sys.executable}",
-        timeout=300,
-    )  # fmt: skip
-    assert out.exists(), run.stdout + run.stderr
-    results: dict[str, Any] = json.loads(out.read_text())
-    return results
-
-
 def test_the_module_adds_refuses_lists_and_revokes(tmp_path: Path) -> None:
     path = tmp_path / "etc" / "gx10-keys.map"
     path.parent.mkdir()
@@ -204,7 +177,7 @@ def test_the_module_adds_refuses_lists_and_revokes(tmp_path: Path) -> None:
     }
     module = "gx10.cluster.gateway_keys"
     alice, bob = sha("alice-secret"), sha("bob-secret")
-    results = _run(
+    results = run_tasks(
         tmp_path,
         [
             {module: {**common, "name": "alice", "sha256": alice}, "check_mode": True},  # r0
@@ -258,7 +231,7 @@ def test_the_module_refuses_a_map_it_cannot_read_and_leaves_it(tmp_path: Path) -
     path = tmp_path / "gx10-keys.map"
     path.write_text("not a map line\n")
     group = grp.getgrgid(os.getgid()).gr_name
-    results = _run(
+    results = run_tasks(
         tmp_path,
         [
             {
