@@ -63,6 +63,8 @@ def test_smoke_test_through_the_openai_client(served: ProvisionResult) -> None:
 
 
 def test_a_dead_head_restarts_both_ranks_worker_first(served: ProvisionResult) -> None:
+    """The restart also shows each rank's log lines while it waits (the lab reports progress
+    every 2 s and the simulator boots in 3 s), in ansible-playbook's own output."""
     worker_before = _container_id("gx10-b")
     node_sh("gx10-a", f"docker kill {CONTAINER} >/dev/null")
     result = _serve()
@@ -70,14 +72,38 @@ def test_a_dead_head_restarts_both_ranks_worker_first(served: ProvisionResult) -
     # The headless worker cannot rejoin a new head: it was replaced too.
     assert _container_id("gx10-b") not in ("", worker_before)
     assert _container_id("gx10-a")
+    stdout = (result.artifact_dir / "stdout").read_text()
+    assert f"[gx10-a] {CONTAINER}: not ready after" in stdout
+    assert "last log lines:" in stdout
+    # The head's progress names its boot phase (read from its log).
+    assert re.search(rf"\[gx10-a\] {CONTAINER}: not ready after \d+ of \d+ s \(phase \w+", stdout)
 
 
-def test_a_dead_worker_restarts_both_ranks(served: ProvisionResult) -> None:
+CACHE_ROOT = "/var/cache/gx10/vllm"
+
+
+def test_a_dead_worker_restarts_both_ranks_and_they_boot_warm(served: ProvisionResult) -> None:
+    """Each rank compiled into its node's cache for this image's digest; after the worker's
+    crash both ranks restart, and load the graphs instead of compiling again."""
+    image = node_sh("gx10-a", f"docker inspect -f '{{{{.Config.Image}}}}' {CONTAINER}").strip()
+    key = "sha256-" + image.rsplit("@sha256:", 1)[1][:16]
+    for node, rank in (("gx10-a", 0), ("gx10-b", 1)):
+        listing = node_sh(node, f"ls {CACHE_ROOT}; ls {CACHE_ROOT}/{key}")
+        assert key in listing.split(), listing
+        assert {"vllm", "triton", "flashinfer", "tilelang", "deepgemm"} <= set(listing.split())
+        graphs = node_sh(node, f"find {CACHE_ROOT}/{key}/vllm -name computation_graph.py")
+        assert f"/rank_{rank}_0/backbone/computation_graph.py" in graphs, graphs
+        env = node_sh(node, f"docker exec {CONTAINER} printenv VLLM_CACHE_ROOT TRITON_CACHE_DIR")
+        assert env.split() == ["/gx10-cache/vllm", "/gx10-cache/triton"]
     head_before = _container_id("gx10-a")
     node_sh("gx10-b", f"docker kill {CONTAINER} >/dev/null")
     result = _serve()
     assert result.ok, result.failed_tasks
     assert _container_id("gx10-a") not in ("", head_before)
+    for node in ("gx10-a", "gx10-b"):
+        log = node_sh(node, f"docker logs {CONTAINER} 2>&1")
+        assert "Directly load the compiled graph(s)" in log, log[-2000:]
+        assert "Compiling a graph" not in log
 
 
 def test_missing_nccl_env_file_names_the_node_and_the_fix(served: ProvisionResult) -> None:
@@ -117,49 +143,11 @@ def _messages(result: ProvisionResult) -> str:
     return " ".join(t.message for t in result.failed_tasks)
 
 
-def test_waiting_prints_each_ranks_log_tail(served: ProvisionResult) -> None:
-    """The lab reports progress every 2 s and the simulator boots in 3 s: a restart shows the
-    rank's log lines while it waits (in ansible-playbook's own output)."""
-    node_sh("gx10-a", f"docker kill {CONTAINER} >/dev/null")
-    result = _serve()
-    assert result.ok, result.failed_tasks
-    stdout = (result.artifact_dir / "stdout").read_text()
-    assert f"[gx10-a] {CONTAINER}: not ready after" in stdout
-    assert "last log lines:" in stdout
-    # The head's progress names its boot phase (read from its log).
-    assert re.search(rf"\[gx10-a\] {CONTAINER}: not ready after \d+ of \d+ s \(phase \w+", stdout)
-
-
 # The lab's simulator settings (GX10_SIM_*), which a test extends: a test's vllm_serve_extra_env
 # replaces the inventory's whole dict.
 LAB_ENV: dict[str, str] = yaml.safe_load(
     (LAB_INVENTORY / "group_vars" / "all.yml").read_text(encoding="utf-8")
 )["vllm_serve_extra_env"]
-CACHE_ROOT = "/var/cache/gx10/vllm"
-
-
-def test_compile_caches_are_per_image_and_a_restart_boots_warm(served: ProvisionResult) -> None:
-    """Each rank compiled into its node's cache for this image's digest; after a crash the
-    restarted ranks load the graphs instead of compiling again."""
-    image = node_sh("gx10-a", f"docker inspect -f '{{{{.Config.Image}}}}' {CONTAINER}").strip()
-    key = "sha256-" + image.rsplit("@sha256:", 1)[1][:16]
-    for node, rank in (("gx10-a", 0), ("gx10-b", 1)):
-        listing = node_sh(node, f"ls {CACHE_ROOT}; ls {CACHE_ROOT}/{key}")
-        assert key in listing.split(), listing
-        assert {"vllm", "triton", "flashinfer", "tilelang", "deepgemm"} <= set(listing.split())
-        graphs = node_sh(node, f"find {CACHE_ROOT}/{key}/vllm -name computation_graph.py")
-        assert f"/rank_{rank}_0/backbone/computation_graph.py" in graphs, graphs
-        env = node_sh(node, f"docker exec {CONTAINER} printenv VLLM_CACHE_ROOT TRITON_CACHE_DIR")
-        assert env.split() == ["/gx10-cache/vllm", "/gx10-cache/triton"]
-    node_sh("gx10-b", f"docker kill {CONTAINER} >/dev/null")
-    result = _serve()
-    assert result.ok, result.failed_tasks
-    for node in ("gx10-a", "gx10-b"):
-        log = node_sh(node, f"docker logs {CONTAINER} 2>&1")
-        assert "Directly load the compiled graph(s)" in log, log[-2000:]
-        assert "Compiling a graph" not in log
-
-
 PHASES = {"start": 900, "weights": 1800, "compile": 3600, "graph_capture": 1800, "api": 600}
 
 

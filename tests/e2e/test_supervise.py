@@ -18,12 +18,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import pytest
 from labtools import LAB_INVENTORY, node_sh, rank_container
 
 from gx10 import ProvisionResult, lab, provision
 
 CONTAINER = "gx10-vllm"
+HEAD_API = "http://gx10-a:8000"  # vllm_serve_port's default
 NODES = ("gx10-a", "gx10-b")
 AGENT = "/usr/local/lib/gx10/pair/gx10-pair"
 SUPERVISED = {"vllm_supervisor_enabled": True}
@@ -74,6 +76,19 @@ def _serving() -> bool:
 def _smoke() -> None:
     result = provision(LAB_INVENTORY, "smoke.yml")
     assert result.ok, result.failed_tasks
+
+
+def _answers() -> None:
+    """The pair serves again after a fault: the head answers a chat completion (the smoke
+    stage's own checks run once, after the supervised launch, and in tests/e2e/test_serve.py)."""
+    body = {
+        "model": "deepseek-v4-flash",
+        "messages": [{"role": "user", "content": "Say hi."}],
+        "max_tokens": 4,
+    }
+    reply = httpx.post(f"{HEAD_API}/v1/chat/completions", json=body, timeout=60)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["choices"][0]["message"]["content"], reply.text
 
 
 def _agent_installed(node: str) -> bool:
@@ -170,7 +185,7 @@ def test_a_crashed_worker_rank_restarts_both_worker_first(supervised: ProvisionR
     assert after["gx10-b"]["started"] < after["gx10-a"]["started"], after
     last = _status("gx10-a")["last_restart"]
     assert "worker-rank-inactive" in json.dumps(last), last
-    _smoke()
+    _answers()
 
 
 def _restarted_both(before: dict[str, dict[str, str]]) -> Callable[[], bool]:
@@ -193,7 +208,7 @@ def test_a_crashed_head_rank_restarts_both_worker_first(supervised: ProvisionRes
     after = {node: _container(node) for node in NODES}
     assert after["gx10-b"]["started"] < after["gx10-a"]["started"], after
     assert "head-rank-inactive" in _last_reason()
-    _smoke()
+    _answers()
 
 
 def test_a_stalled_engine_is_restarted_by_the_watchdog(supervised: ProvisionResult) -> None:
@@ -203,7 +218,7 @@ def test_a_stalled_engine_is_restarted_by_the_watchdog(supervised: ProvisionResu
     lab.stall("gx10-a", log=lambda line: None)
     _until("restarted and serving", _restarted_both(before))
     assert "stall:" in _last_reason()
-    _smoke()
+    _answers()
 
 
 def test_the_breaker_trips_on_a_rank_that_cannot_boot_and_stays_tripped(
@@ -230,7 +245,7 @@ def test_the_breaker_trips_on_a_rank_that_cannot_boot_and_stays_tripped(
     assert again.ok, again.failed_tasks
     _until("serving", _serving, 60)
     assert _status("gx10-a")["breaker"]["tripped"] is False  # type: ignore[index]
-    _smoke()
+    _answers()
 
 
 def test_stop_keeps_the_pair_stopped_and_serve_starts_it_again(
@@ -246,7 +261,7 @@ def test_stop_keeps_the_pair_stopped_and_serve_starts_it_again(
     again = _provision("serve.yml")
     assert again.ok, again.failed_tasks
     _until("serving", _serving, 60)
-    _smoke()
+    _answers()
 
 
 # --------------------------------------------------------------------------------------------
@@ -296,7 +311,7 @@ def _fault(name: str) -> Iterator[dict[str, dict[str, str]]]:
     assert watch.samples > 5, f"{name}: the lone-rank watch took {watch.samples} samples"
     assert watch.longest <= LONE_BOUND, f"{name}: one rank ran alone for {watch.longest:.0f} s"
     assert _status("gx10-a")["breaker"]["tripped"] is False  # type: ignore[index]
-    _smoke()
+    _answers()
 
 
 def test_the_pair_comes_back_after_the_worker_node_reboots(supervised: ProvisionResult) -> None:
