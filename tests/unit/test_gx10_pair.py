@@ -595,6 +595,14 @@ class FakeTime:
         return 1_700_000_000.0 + self.now
 
 
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
+    """The agent module's clock, moved by the test."""
+    fake = FakeTime()
+    monkeypatch.setattr(pair, "time", fake)
+    return fake
+
+
 class RankStub:
     """A worker agent in process, on the module's `time`: its rank unit, docker log and peer
     calls stubbed (what systemctl was asked is in `units`); production timings (scale 1)."""
@@ -626,12 +634,8 @@ class RankStub:
 
 
 def test_a_lone_worker_stops_its_rank_at_heartbeat_timeout_not_before(
-    make_pair: Callable[..., Pair],
-    monkeypatch: pytest.MonkeyPatch,
-    capfd: pytest.CaptureFixture[str],
+    make_pair: Callable[..., Pair], clock: FakeTime, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    clock = FakeTime()
-    monkeypatch.setattr(pair, "time", clock)
     worker = RankStub(make_pair())
     worker.order(1)
     worker.beat(generation=1, rank_active=True, state="serving")
@@ -647,12 +651,8 @@ def test_a_lone_worker_stops_its_rank_at_heartbeat_timeout_not_before(
 
 
 def test_a_worker_whose_head_rank_never_runs_stops_at_lone_worker_timeout_not_before(
-    make_pair: Callable[..., Pair],
-    monkeypatch: pytest.MonkeyPatch,
-    capfd: pytest.CaptureFixture[str],
+    make_pair: Callable[..., Pair], clock: FakeTime, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    clock = FakeTime()
-    monkeypatch.setattr(pair, "time", clock)
     worker = RankStub(make_pair())
     worker.order(5)
     head = {"generation": 5, "rank_active": False, "state": "starting"}

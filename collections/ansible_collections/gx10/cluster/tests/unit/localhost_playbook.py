@@ -69,29 +69,9 @@ def run_ansible_playbook(
 
 def run_module(tmp_path: Path, module: str, args: Mapping[str, Any]) -> dict[str, Any]:
     """One task of ``module`` with ``args`` on localhost through a real ansible-playbook; its
-    registered result. A failed task raises AssertionError with the run's output."""
-    import json  # noqa: PLC0415
-
-    import yaml  # noqa: PLC0415
-
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {}}}}))
-    out = tmp_path / "result.json"
-    playbook = tmp_path / "play.yml"
-    tasks = [
-        {module: dict(args), "register": "result"},
-        {"ansible.builtin.copy": {"content": "{{ result }}", "dest": str(out)}},
-    ]
-    playbook.write_text(
-        yaml.safe_dump([{"hosts": "localhost", "connection": "local", "gather_facts": False,
-                         "tasks": tasks}])
-    )  # fmt: skip
-    run = run_ansible_playbook(
-        tmp_path, inventory, playbook, "-e", f"ansible_python_interpreter={sys.executable}",
-        timeout=120,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout + run.stderr
-    result: dict[str, Any] = json.loads(out.read_text())
+    registered result. A failed task raises AssertionError with its result."""
+    result: dict[str, Any] = run_tasks(tmp_path, [{module: dict(args)}], timeout=120)["r0"]
+    assert not result.get("failed"), result
     return result
 
 
