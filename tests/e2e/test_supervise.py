@@ -20,12 +20,17 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from labtools import LAB_INVENTORY, node_sh, rank_container
 
 from gx10 import ProvisionResult, lab, provision
 
 CONTAINER = "gx10-vllm"
-HEAD_API = "http://gx10-a:8000"  # vllm_serve_port's default
+# The head's management address (the lab's fixed one, from the inventory), the API's default port.
+_HOSTS = yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text(encoding="utf-8"))
+HEAD_API = "http://{}:8000".format(
+    _HOSTS["all"]["children"]["gx10"]["children"]["head"]["hosts"]["gx10-a"]["gx10_api_host"]
+)
 NODES = ("gx10-a", "gx10-b")
 AGENT = "/usr/local/lib/gx10/pair/gx10-pair"
 SUPERVISED = {"vllm_supervisor_enabled": True}
@@ -88,7 +93,9 @@ def _answers() -> None:
     }
     reply = httpx.post(f"{HEAD_API}/v1/chat/completions", json=body, timeout=60)
     assert reply.status_code == 200, reply.text
-    assert reply.json()["choices"][0]["message"]["content"], reply.text
+    answer = reply.json()
+    assert len(answer["choices"]) == 1, answer
+    assert answer["usage"]["completion_tokens"] > 0, answer
 
 
 def _agent_installed(node: str) -> bool:
