@@ -224,8 +224,8 @@ def test_make_test_stops_at_a_failed_stage_prints_the_report_and_keeps_its_statu
     assert proc.returncode == 2, proc.stdout + proc.stderr  # make's status for the failed unit
     assert "linted" in proc.stdout
     assert " ran" not in proc.stdout
-    assert re.search(r"^unit +[0-9.]+ +330\.0 +failed \(2\)", proc.stdout, re.M), proc.stdout
-    assert re.search(r"^molecule +- +480\.0 +not run", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^unit +[0-9.]+ +[0-9.]+ +failed \(2\)", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^molecule +- +[0-9.]+ +not run", proc.stdout, re.M), proc.stdout
     report = json.loads((tmp_path / ".cache" / "test-timing" / "report.json").read_text())
     assert [row["status"] for row in report["stages"]] == ["ok", "failed (2)", "not run", "not run"]
     assert not stale.exists()
