@@ -36,14 +36,27 @@ def rank_container(node: str, container: str = "gx10-vllm") -> dict[str, str]:
     return {"id": out[0], "started": out[1]} if len(out) == 2 else {}
 
 
+# The checkpoint's bytes on a node: a digest of every file's sha256 (gx10's own records left out).
+CHECKPOINT_DIGEST = (
+    f"[ -d {MODEL_DIR} ] && cd {MODEL_DIR} && find . -type f ! -name '.gx10*' "
+    "-exec sha256sum {} + | sort -k2 | sha256sum | cut -c1-16 || echo absent"
+)
+# A rank's bind mount keeps a deleted checkpoint directory: after a copy was removed and fetched
+# again the rank must be restarted to see it (the serve stage restarts the pair for that).
+RANK_SEES_CHECKPOINT = f"""if [ -n "$(docker ps -q --filter name=^gx10-vllm$)" ]; then
+  seen=$(docker exec gx10-vllm stat -c %i {MODEL_DIR} 2>&1); here=$(stat -c %i {MODEL_DIR} 2>&1)
+  echo "rank sees this node's checkpoint: $([ "$seen" = "$here" ] && echo yes || echo no)"
+fi"""
+
+
 # What a file may change on a node and must put back: the rails (addresses, link state, MTU,
 # shaping), every file gx10 writes, the units and containers it runs, packet filters, the
 # checkpoint's bytes, and whether the head serves. Identities that a restart legitimately
 # renews (container ids, start times, pids) are left out: a restore restarts things.
 _STATE_SCRIPT = rf"""
 for dev in {" ".join(RAILS)}; do
-  echo "rail $(ip -br addr show dev $dev 2>&1 | sed 's/@if[0-9]*//' | tr -s ' ') \
-    mtu=$(cat /sys/class/net/$dev/mtu 2>&1)"
+  addr=$(ip -br addr show dev $dev 2>&1 | sed 's/@if[0-9]*//' | tr -s ' ')
+  echo "rail $addr mtu=$(cat /sys/class/net/$dev/mtu 2>&1)"
   echo "qdisc $dev $(tc qdisc show dev $dev root 2>&1 | awk '{{print $2}}')"
 done
 for f in /etc/netplan/* /etc/gx10/* /etc/systemd/system/gx10-* /etc/default/earlyoom \
@@ -61,18 +74,8 @@ done
 docker ps -a --format 'container {{{{.Names}}}} {{{{.Image}}}} {{{{.State}}}}' | sort
 # Docker's own chains (their DNS ports change with every engine start) are not ours.
 iptables-save 2>/dev/null | grep '^-A' | grep -v DOCKER | sed 's/^/iptables /'
-if [ -d {MODEL_DIR} ]; then
-  echo "model $(cd {MODEL_DIR} && find . -type f ! -name '.gx10*' -exec sha256sum {{}} + \
-    | sort -k2 | sha256sum | cut -c1-16)"
-else
-  echo "model absent"
-fi
-# A rank's bind mount keeps a deleted checkpoint directory: after a copy was removed and fetched
-# again the rank must be restarted to see it (the serve stage restarts the pair for that).
-if [ -n "$(docker ps -q --filter name=^gx10-vllm$)" ]; then
-  seen=$(docker exec gx10-vllm stat -c %i {MODEL_DIR} 2>&1); here=$(stat -c %i {MODEL_DIR} 2>&1)
-  echo "rank sees this node's checkpoint: $([ "$seen" = "$here" ] && echo yes || echo no)"
-fi
+echo "model $({CHECKPOINT_DIGEST})"
+{RANK_SEES_CHECKPOINT}
 """
 _HEALTH = "curl -s -o /dev/null -m 5 -w '%{http_code}' http://127.0.0.1:8000/health"
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from labtools import LAB_INVENTORY, node_sh
+from labtools import CHECKPOINT_DIGEST, LAB_INVENTORY, NODES, RANK_SEES_CHECKPOINT, node_sh
 
 from gx10 import ProvisionResult, lab, provision
 
@@ -79,22 +79,15 @@ def synced(serving_lab: ProvisionResult) -> Iterator[ProvisionResult]:
     removes a copy leaves the serving rank on the deleted directory (its bind mount keeps it):
     the file ends by restarting the pair then, as the serve stage does for a new copy."""
     yield serving_lab
-    probe = (
-        f'[ "$(docker exec gx10-vllm stat -c %i {MODEL_DIR})" = "$(stat -c %i {MODEL_DIR})" ]'
-        " && echo same"
-    )
-    if any(node_sh(node, probe, check=False).strip() != "same" for node in ("gx10-a", "gx10-b")):
+    stale = [n for n in NODES if "no" in node_sh(n, RANK_SEES_CHECKPOINT, check=False).split()]
+    if stale:
         again = provision(LAB_INVENTORY, "serve.yml")
         assert again.ok, again.failed_tasks
 
 
 def _copies() -> dict[str, str]:
     """node -> a digest of its copy's files (names, bytes), not counting gx10's own records."""
-    script = (
-        f"cd {MODEL_DIR} 2>/dev/null && find . -type f ! -name '.gx10*' -exec sha256sum {{}} + "
-        "| sort -k2 | sha256sum"
-    )
-    return {node: node_sh(node, script, check=False) for node in ("gx10-a", "gx10-b")}
+    return {node: node_sh(node, CHECKPOINT_DIGEST, check=False) for node in NODES}
 
 
 @pytest.fixture(autouse=True)
