@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from labtools import LAB_INVENTORY, ROOT, node_sh
+from labtools import LAB_INVENTORY, ROOT, node_sh, rank_container
 
 from gx10 import ProvisionResult, lab, provision
 
@@ -189,6 +189,10 @@ def container_id(node: str) -> str:
 def test_node_replaced_by_a_fresh_machine_converges_on_re_apply(
     converged: ProvisionResult,
 ) -> None:
+    """The hardware swap of the brief: a fresh machine in gx10-b's place converges on the next
+    site.yml, and the run after it changes nothing and restarts nothing on either node. That
+    second run is also the suite's site.yml re-apply check on a converged lab (it was
+    test_site.py's own re-apply, one site.yml run more, before issue 24)."""
     old_id = container_id("gx10-b")
     lab.replace_node("gx10-b", log=lambda line: print(f"lab: {line}"))
     assert container_id("gx10-b") != old_id
@@ -197,9 +201,13 @@ def test_node_replaced_by_a_fresh_machine_converges_on_re_apply(
 
     again = provision(LAB_INVENTORY, "site.yml")
     assert again.ok, again.failed_tasks
+    ranks = {node: rank_container(node) for node in NODES}
+    assert all(ranks.values()), ranks
     settled = provision(LAB_INVENTORY, "site.yml")
     assert settled.ok, settled.failed_tasks
+    assert settled.changed_total == 0, {h: s.changed for h, s in settled.hosts.items()}
     assert {node: settled.hosts[node].changed for node in NODES} == dict.fromkeys(NODES, 0)
+    assert {node: rank_container(node) for node in NODES} == ranks  # nothing restarted
     for rail in RAILS:
         ping_across(rail)
     links = json.loads(node_sh("gx10-b", "ip -j link show enp1s0f0np0"))
