@@ -6,6 +6,7 @@ import ast
 import json
 import subprocess
 import types
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from cli_helpers import invoke
 
 import gx10.lab
 from gx10 import cli
-from gx10.lab import manager
+from gx10.lab import images, manager
 from gx10.lab.errors import LabError
 
 PACKAGE = Path(cli.__file__).resolve().parent
@@ -284,3 +285,26 @@ def test_lab_up_nodes_four_builds_the_switch_lab(lab: types.SimpleNamespace) -> 
     with pytest.raises(SystemExit) as info:
         invoke(["lab", "up", "--nodes", "3"])
     assert info.value.code != 0  # argparse's usage error: 3 is not a lab size
+
+
+def test_lab_images_builds_every_lab_image_and_starts_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def ensure(spec: images.ImageSpec, log: Callable[[str], None]) -> str:
+        log(f"building {spec.tag}")
+        return spec.tag
+
+    def no_docker(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"docker called: {args}")
+
+    monkeypatch.setattr(images, "ensure", ensure)
+    monkeypatch.setattr(manager._docker, "run", no_docker)
+    tags = [spec().tag for spec in images.LAB_IMAGES]
+
+    run = invoke(["lab", "images", "--json"])
+    assert run.code == 0
+    assert json.loads(run.stdout) == {"images": tags}
+    assert run.stderr == "".join(f"building {tag}\n" for tag in tags)
+    run = invoke(["lab", "images"])
+    assert (run.code, run.stderr) == (0, "")
+    assert run.stdout == "".join(f"building {tag}\n" for tag in tags) + "\n".join(tags) + "\n"

@@ -128,3 +128,39 @@ def test_node_privileges_follow_the_bounding_set(
     args = manager._node_security_args()
     assert ("--privileged" in args) is expect_privileged
     assert [args[i + 1] for i, a in enumerate(args) if a == "--cap-drop"] == dropped
+
+
+def test_every_image_recipe_is_one_the_lab_builds_ahead() -> None:
+    """`gx10 lab images` (make test's build beside lint and unit) builds every recipe up() uses."""
+    recipes = {name for name in vars(images) if name.endswith("_spec")}
+    assert {spec.__name__ for spec in images.LAB_IMAGES} == recipes
+    assert len({spec().name for spec in images.LAB_IMAGES}) == len(recipes)
+
+
+def test_ensure_images_builds_what_is_missing_and_only_that(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    present: set[str] = set()
+    built: list[str] = []
+
+    def build(which: str) -> object:
+        def record(spec: images.ImageSpec, log: object) -> None:
+            tag = spec.base_tag if which == "base" else spec.tag
+            built.append(tag)
+            present.add(tag)
+
+        return record
+
+    monkeypatch.setattr(images._docker, "exists", lambda kind, name: name in present)
+    monkeypatch.setattr(images, "_build_base", build("base"))
+    monkeypatch.setattr(images, "_build_image", build("image"))
+    specs = [spec() for spec in images.LAB_IMAGES]
+
+    assert images.ensure_images(lambda line: None) == [spec.tag for spec in specs]
+    assert built == [tag for spec in specs for tag in (spec.base_tag, spec.tag)]
+    built.clear()
+    assert images.ensure_images(lambda line: None) == [spec.tag for spec in specs]
+    assert built == []  # all cached: a check, no build
+    present.discard(specs[1].tag)  # a changed file: the image again, not its (slow) base
+    images.ensure_images(lambda line: None)
+    assert built == [specs[1].tag]

@@ -488,8 +488,13 @@ def netns() -> Iterator[Callable[..., list[str]]]:
         own = os.readlink("/proc/self/ns/net")
         deadline = time.monotonic() + WAIT_S
         while holder.poll() is None:
+            # In its namespaces, and their root mapped: unshare writes the maps after it enters
+            # them (nsenter before that fails: "setgid failed: Invalid argument").
             with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{holder.pid}/ns/net") != own:
+                if os.readlink(f"/proc/{holder.pid}/ns/net") != own and all(
+                    Path(f"/proc/{holder.pid}/{name}").read_text().strip()
+                    for name in ("uid_map", "gid_map")
+                ):
                     break
             assert time.monotonic() < deadline, "unshare did not enter its namespace"
             time.sleep(0.05)

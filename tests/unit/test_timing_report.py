@@ -119,7 +119,7 @@ def test_the_report_sums_stages_and_files_and_marks_rows_over_budget(tmp_path: P
 
     stages = {row["row"]: row for row in report["stages"]}
     assert [row["row"] for row in report["stages"]] == [
-        "stage: lint", "stage: unit", "stage: molecule", "stage: e2e"
+        "stage: lint", "stage: unit", "stage: images", "stage: molecule", "stage: e2e"
     ]  # fmt: skip
     assert stages["stage: lint"] | {"status": "ok"} == stages["stage: lint"]
     assert stages["stage: molecule"]["status"] == "not run"
@@ -196,39 +196,88 @@ def _test_target() -> str:
     return match.group(0)
 
 
-@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
-def test_make_test_stops_at_a_failed_stage_prints_the_report_and_keeps_its_status(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The real recipe, with stand-in stages: unit fails, molecule and e2e do not run."""
+def _make_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stand_ins: str) -> Any:
+    """The real recipe, with stand-in stages (make targets): its process, then its report."""
     (tmp_path / "docs").mkdir()
     shutil.copy(PERFORMANCE, tmp_path / "docs" / "PERFORMANCE.md")
-    stand_ins = "venv:\nlint:\n\t@echo linted\nunit:\n\t@exit 3\nmolecule e2e:\n\t@echo $@ ran\n"
     (tmp_path / "Makefile").write_text(
         "SHELL := /bin/bash\n.SHELLFLAGS := -eu -o pipefail -c\n"
         + _test_target().replace("python -m", f"{sys.executable} -m")
+        + "venv host-deps:\n"
         + stand_ins
     )
     monkeypatch.delenv("GX10_TEST_TIMING_DIR", raising=False)
     monkeypatch.delenv("MAKEFLAGS", raising=False)
     monkeypatch.setenv("PYTHONPATH", str(REPO / "python"))
-    stale = tmp_path / ".cache" / "test-timing" / "e2e.json"
-    stale.parent.mkdir(parents=True)
-    stale.write_text("{}")  # from an earlier run: cleared
-
-    proc = subprocess.run(
+    return subprocess.run(
         ["make", "--no-print-directory", "test"], cwd=tmp_path, capture_output=True, text=True,
         timeout=120, check=False, env={**os.environ},
     )  # fmt: skip
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_test_stops_at_a_failed_stage_prints_the_report_and_keeps_its_status(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """unit fails: molecule and e2e do not run; the image build beside it is waited for."""
+    timing = tmp_path / ".cache" / "test-timing"
+    stale = timing / "e2e.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")  # from an earlier run: cleared
+    stand_ins = (
+        "lint:\n\t@echo linted\nunit:\n\t@exit 3\nimages:\n\t@sleep 1; echo built\n"
+        "molecule e2e:\n\t@echo $@ ran\n"
+    )
+
+    proc = _make_test(tmp_path, monkeypatch, stand_ins)
 
     assert proc.returncode == 2, proc.stdout + proc.stderr  # make's status for the failed unit
     assert "linted" in proc.stdout
     assert " ran" not in proc.stdout
     assert re.search(r"^unit +[0-9.]+ +[0-9.]+ +failed \(2\)", proc.stdout, re.M), proc.stdout
     assert re.search(r"^molecule +- +[0-9.]+ +not run", proc.stdout, re.M), proc.stdout
-    report = json.loads((tmp_path / ".cache" / "test-timing" / "report.json").read_text())
-    assert [row["status"] for row in report["stages"]] == ["ok", "failed (2)", "not run", "not run"]
+    report = json.loads((timing / "report.json").read_text())
+    statuses = {row["row"]: row["status"] for row in report["stages"]}
+    assert statuses == {"stage: lint": "ok", "stage: unit": "failed (2)", "stage: images": "ok",
+                        "stage: molecule": "not run", "stage: e2e": "not run"}  # fmt: skip
+    assert (timing / "images.log").read_text().endswith("built\n")  # ended before make did
     assert not stale.exists()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_test_builds_the_images_beside_lint_and_stops_before_molecule_if_that_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each of lint and the image build waits until the other has begun: they run at once."""
+    stand_ins = (
+        "lint:\n\t@touch lint.began; for i in $$(seq 200); do [ -e images.began ] && exit 0; "
+        "sleep 0.05; done; exit 9\n"
+        "images:\n\t@touch images.began; for i in $$(seq 200); do [ -e lint.began ] && break; "
+        "sleep 0.05; done; echo mmdebstrap broke; exit 4\n"
+        "unit molecule e2e:\n\t@echo $@ ran\n"
+    )
+
+    proc = _make_test(tmp_path, monkeypatch, stand_ins)
+
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "unit ran" in proc.stdout
+    assert "molecule ran" not in proc.stdout
+    shown = proc.stdout.partition("lab images (built beside lint and unit; exit 2):\n")[2]
+    assert "mmdebstrap broke" in shown.partition("Test timing report")[0], proc.stdout
+    assert re.search(r"^images +[0-9.]+ +[0-9.]+ +failed \(2\) +lint\b", proc.stdout, re.M)
+    assert re.search(r"^total +[0-9.]+ +[0-9.]+ +wall time", proc.stdout, re.M), proc.stdout
+    report = json.loads((tmp_path / ".cache" / "test-timing" / "report.json").read_text())
+    rows = {row["row"]: row for row in report["stages"]}
+    assert [rows[f"stage: {name}"]["status"] for name in timing_report.STAGES] == [
+        "ok", "ok", "failed (2)", "not run", "not run"
+    ]  # fmt: skip
+    assert "images" in rows["stage: lint"]["beside"]
+    assert "lint" in rows["stage: images"]["beside"]
+    assert rows["stage: molecule"]["beside"] == []
+    # The total is wall time: from the first start to the last end, not the stages' sum.
+    stages = json.loads((tmp_path / ".cache" / "test-timing" / "stages.json").read_text())
+    wall = max(s["end"] for s in stages.values()) - min(s["start"] for s in stages.values())
+    assert report["total"]["seconds"] == round(wall, 1)
 
 
 def step(name: str, seconds: float, outcome: str = "passed") -> dict[str, Any]:

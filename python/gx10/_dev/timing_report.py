@@ -2,7 +2,9 @@
 slowest tests.
 
 ``python -m gx10._dev.timing_report stage-start NAME`` and ``stage-end NAME RC`` record a
-stage's start, end and exit status in ``<dir>/stages.json``; ``print`` reads those, the
+stage's start, end and exit status in ``<dir>/stages.json`` (a stage may run beside others, as
+the lab image build runs beside lint and unit: the report names what each ran beside, and its
+total is wall time, from the first start to the last end); ``print`` reads those, the
 pytest runs' JSONs (``<dir>/<stage>.json``, written by gx10._dev.pytest_timing) and the role
 pipeline's (``<dir>/molecule.json``, written by gx10._dev.role_pipeline: each scenario's steps),
 prints the report, writes it to ``<dir>/report.json``, and marks every row over its budget in
@@ -13,6 +15,7 @@ is a report. ``<dir>`` is ``$GX10_TEST_TIMING_DIR``, else ``.cache/test-timing``
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import re
@@ -26,7 +29,7 @@ from typing import Any
 DEFAULT_DIR = ".cache/test-timing"
 BUDGET_FILE = Path("docs") / "PERFORMANCE.md"
 BUDGET_HEADING = "## Test suite budget"
-STAGES = ("lint", "unit", "molecule", "e2e")
+STAGES = ("lint", "unit", "images", "molecule", "e2e")
 SLOWEST = 30
 _ROW = re.compile(r"(stage: [a-z0-9_-]+|e2e: test_[A-Za-z0-9_]+\.py|molecule: [a-z0-9_]+|total)")
 _NOT_PYTEST = ("stages.json", "report.json")
@@ -99,15 +102,19 @@ def _read(path: Path) -> Any:
 
 
 def record_stage(directory: Path, name: str, rc: int | None = None) -> None:
-    """Start a stage (rc None) or end it with its exit status, in stages.json."""
+    """Start a stage (rc None) or end it with its exit status, in stages.json.
+
+    One writer at a time (a lock beside it): a stage in the background records while others do."""
     path = directory / "stages.json"
-    stages = _read(path) if path.exists() else {}
-    if rc is None:
-        stages[name] = {"start": time.time()}
-    else:
-        stages.setdefault(name, {"start": None}).update(end=time.time(), rc=rc)
     directory.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(stages, indent=1) + "\n", encoding="utf-8")
+    with (directory / "stages.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        stages = _read(path) if path.exists() else {}
+        if rc is None:
+            stages[name] = {"start": time.time()}
+        else:
+            stages.setdefault(name, {"start": None}).update(end=time.time(), rc=rc)
+        path.write_text(json.dumps(stages, indent=1) + "\n", encoding="utf-8")
 
 
 def _row(
@@ -159,19 +166,32 @@ def _molecule_rows(
     return rows
 
 
+def _overlap(one: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
+    """Whether two stages, both started and ended, ran at the same time."""
+    start, end = one.get("start"), one.get("end")
+    other_start, other_end = other.get("start"), other.get("end")
+    if start is None or end is None or other_start is None or other_end is None:
+        return False
+    return bool(start < other_end and other_start < end)
+
+
 def build(directory: Path, budgets: Mapping[str, Budget]) -> dict[str, Any]:
     """The report from the stage records, pytest JSONs and role pipeline JSON in `directory`."""
     path = directory / "stages.json"
     stages: dict[str, dict[str, Any]] = _read(path) if path.exists() else {}
     runs = {p.stem: _read(p) for p in sorted(directory.glob("*.json")) if p.name not in _NOT_PYTEST}
     stage_rows = []
-    for name in [*STAGES, *(s for s in stages if s not in STAGES)]:
+    names = [*STAGES, *(s for s in stages if s not in STAGES)]
+    for name in names:
         record = stages.get(name, {})
         start, end = record.get("start"), record.get("end")
         seconds = end - start if start is not None and end is not None else None
         rc = record.get("rc")
         status = "not run" if not record else "ok" if rc == 0 else f"failed ({rc})"
-        stage_rows.append(_row(f"stage: {name}", seconds, budgets, rc=rc, status=status))
+        beside = [o for o in names if o != name and _overlap(record, stages.get(o, {}))]
+        stage_rows.append(
+            _row(f"stage: {name}", seconds, budgets, rc=rc, status=status, beside=beside)
+        )
     starts = [s["start"] for s in stages.values() if s.get("start") is not None]
     ends = [s["end"] for s in stages.values() if s.get("end") is not None]
     total = _row("total", max(ends) - min(starts) if starts and ends else None, budgets)
@@ -239,17 +259,19 @@ def _over(row: Mapping[str, Any]) -> str:
 
 def render(report: Mapping[str, Any]) -> str:
     out = [f"Test timing report ({report['directory']}/report.json)", ""]
+    total = {**report["total"], "row": "total", "status": "wall time"}
     stage_lines = [
         (
             row["row"].removeprefix("stage: "),
             _s(row["seconds"]),
             _s(row["budget_s"]),
             row["status"],
+            ", ".join(row.get("beside", [])),
             _over(row),
         )
-        for row in [*report["stages"], {**report["total"], "row": "total", "status": ""}]
+        for row in [*report["stages"], total]
     ]
-    out += _table(("stage", "time s", "budget s", "status", ""), stage_lines)
+    out += _table(("stage", "time s", "budget s", "status", "beside", ""), stage_lines)
     if report["e2e_files"]:
         file_lines = []
         for row in report["e2e_files"]:

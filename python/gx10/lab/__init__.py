@@ -3,6 +3,7 @@ equipment)."""
 
 from gx10.lab.config import LabConfig
 from gx10.lab.errors import LabError
+from gx10.lab.images import ensure_images
 from gx10.lab.manager import (
     LabStatus,
     NodeStatus,
@@ -32,6 +33,7 @@ __all__ = [
     "RailStatus",
     "current",
     "down",
+    "ensure_images",
     "ensure_rails",
     "heat",
     "kill_rank",

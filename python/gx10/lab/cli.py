@@ -31,6 +31,7 @@ def add_parser(
         ("up", _run_lab_up, "start the lab and wait until it is reachable"),
         ("down", _run_lab_down, "stop and remove the lab"),
         ("status", _run_lab_status, "show the lab; exit 0 only if it is running"),
+        ("images", _run_lab_images, "build the lab images that are missing; start nothing"),
     ):
         action = actions.add_parser(name, parents=[json_option], help=text)
         action.set_defaults(handler=handler)
@@ -203,6 +204,17 @@ def _run_lab_status(args: argparse.Namespace) -> int:
         status = api.status()
     _print_lab_status(args, status)
     return EXIT_OK if status.running else EXIT_NOT_RUNNING
+
+
+def _run_lab_images(args: argparse.Namespace) -> int:
+    with stdout_for(args):
+        tags = api.ensure_images()
+    if args.json:
+        print_json({"images": tags})
+    else:
+        for tag in tags:
+            print(tag)
+    return EXIT_OK
 
 
 def _run_lab_swap_nics(args: argparse.Namespace) -> int:

@@ -295,3 +295,20 @@ def ensure(spec: ImageSpec, log: Log, *, rebuild: bool = False) -> str:
     if rebuild or not _docker.exists("image", spec.tag):
         _build_image(spec, log)
     return spec.tag
+
+
+# Every image the lab runs: its nodes (and the switch), the registry, the vLLM stand-in it
+# publishes there, Prometheus. `up()` builds each where it needs it; ensure_images() builds them
+# ahead of it (`gx10 lab images`, which `make test` runs beside lint and unit).
+LAB_IMAGES: tuple[Callable[[], ImageSpec], ...] = (
+    node_spec,
+    registry_spec,
+    vllm_sim_spec,
+    prometheus_spec,
+)
+
+
+def ensure_images(log: Log = print) -> list[str]:
+    """Make sure every lab image exists, building only what is missing (nothing is started);
+    return their tags."""
+    return [ensure(spec(), log) for spec in LAB_IMAGES]

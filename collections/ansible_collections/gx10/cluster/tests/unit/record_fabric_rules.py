@@ -597,6 +597,8 @@ def record(rev: str, out: Path) -> dict[str, Any]:
             "__fabric_measurements": "{{ case.measurements }}",
             "__fabric_done": {"results": "{{ case.done }}"},
         }
+        # Each expression is rendered by set_fact (on the controller, no module run per host
+        # or case), and the one copy at the end writes them all.
         playbook = [
             {
                 "hosts": "scenario",
@@ -604,11 +606,7 @@ def record(rev: str, out: Path) -> dict[str, Any]:
                 "vars_files": [str(tmp_path / "role_vars.yml")],
                 "tasks": [
                     {
-                        "ansible.builtin.copy": {
-                            "content": "{{ __out | to_nice_json }}\n",
-                            "dest": f"{out_dir}/{{{{ inventory_hostname }}}}.json",
-                        },
-                        "delegate_to": "localhost",
+                        "ansible.builtin.set_fact": {"__recorded": "{{ __out }}"},
                         "vars": {
                             "__out": (
                                 "{{ __head if inventory_hostname == gx10_plan.head else __worker }}"
@@ -624,25 +622,39 @@ def record(rev: str, out: Path) -> dict[str, Any]:
                 "gather_facts": False,
                 "tasks": [
                     {
-                        "ansible.builtin.copy": {
-                            "content": "{{ __result | to_json }}",
-                            "dest": f"{out_dir}/measure-{{{{ case.name }}}}.json",
-                        },
+                        "ansible.builtin.set_fact": {"__case_result": "{{ __result }}"},
                         "loop": "{{ measure_cases }}",
                         "loop_control": {"loop_var": "case"},
                         "vars": measure_vars,
+                        "register": "__measure",
                     },
                     {
-                        "ansible.builtin.copy": {
-                            "content": "{{ __result | to_json }}",
-                            "dest": f"{out_dir}/again-{{{{ case.name }}}}.json",
-                        },
+                        "ansible.builtin.set_fact": {"__case_result": "{{ __result }}"},
                         "loop": "{{ measure_cases }}",
                         "loop_control": {"loop_var": "case"},
                         "vars": {
                             **again,
                             "__fabric_runs": "{{ retry_runs }}",
                             "__fabric_measurements": "{{ case.measurements }}",
+                        },
+                        "register": "__again",
+                    },
+                    {
+                        "ansible.builtin.copy": {
+                            "content": "{{ __all | to_json }}",
+                            "dest": f"{out_dir}/all.json",
+                        },
+                        "vars": {
+                            "__all": {
+                                "scenarios": (
+                                    "{{ dict(groups.scenario | zip(groups.scenario"
+                                    " | map('extract', hostvars, '__recorded'))) }}"
+                                ),
+                                "measure": "{{ __measure.results | map(attribute='ansible_facts')"
+                                " | map(attribute='__case_result') }}",
+                                "again": "{{ __again.results | map(attribute='ansible_facts')"
+                                " | map(attribute='__case_result') }}",
+                            }
                         },
                     },
                 ],
@@ -656,6 +668,7 @@ def record(rev: str, out: Path) -> dict[str, Any]:
             raise RuntimeError(
                 f"ansible-playbook failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
             )
+        rendered = json.loads((out_dir / "all.json").read_text())
         recorded: dict[str, Any] = {
             "rev": rev,
             "defaults": defaults,
@@ -666,16 +679,14 @@ def record(rev: str, out: Path) -> dict[str, Any]:
         for host in sorted(inv):
             recorded["scenarios"][host] = {
                 "hostvars": inv[host],
-                "outputs": json.loads((out_dir / f"{host}.json").read_text()),
+                "outputs": rendered["scenarios"][host],
             }
-        for case in cases:
+        for index, case in enumerate(cases):
             recorded["measure"][case["name"]] = {
                 "case": case,
-                "result": json.loads((out_dir / f"measure-{case['name']}.json").read_text()),
+                "result": rendered["measure"][index],
             }
-            recorded["again"][case["name"]] = json.loads(
-                (out_dir / f"again-{case['name']}.json").read_text()
-            )
+            recorded["again"][case["name"]] = rendered["again"][index]
         recorded["retry_runs"] = runs
     out.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return recorded
