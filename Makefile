@@ -100,22 +100,24 @@ TIMING := python -m gx10._dev.timing_report --dir $(GX10_TEST_TIMING_DIR)
 # and its status is make's; the report is printed in any case. molecule and e2e share one lab,
 # left up at the end (.ci/run takes it down; `make lab-down` here).
 # The lab images are needed from molecule on, and take minutes to build on a machine without
-# them: `make images` runs in the background from the start, beside lint and unit (nice'd: they
-# come first; lint leaves a CPU free), timed as its own stage `images`, its output in
-# IMAGES_LOG. The stage `images` in the loop waits for it and shows that log; a failed build
-# stops the run there. A run that stops earlier still waits for it (no build left running after
-# make). host-deps runs first, in the foreground: its apt-get must not race unit's.
+# them: `make images` runs in the background from the start, beside lint (nice'd: lint comes
+# first and leaves a CPU free), timed as its own stage `images`, its output in IMAGES_LOG. The
+# stage `images` in the loop waits for it, before unit, and shows that log; a failed build stops
+# the run there. Not beside unit: its timing-bound tests (a haproxy reload, a clock sweep killed
+# mid-run) missed their bounds while the build's disk and CPU load ran beside them (2026-12-06).
+# A run that stops earlier still waits for it (no build left running after make). host-deps runs
+# first, in the foreground.
 IMAGES_LOG = $(GX10_TEST_TIMING_DIR)/images.log
-test: venv host-deps ## Everything: lint, unit, molecule, end to end (lab images built beside); then the timing report
+test: venv host-deps ## Everything: lint, unit, molecule, end to end (lab images built beside lint); then the timing report
 	rm -f $(GX10_TEST_TIMING_DIR)/*.json
 	mkdir -p $(GX10_TEST_TIMING_DIR)
 	{ $(TIMING) stage-start images; rc=0; \
 	  nice -n 10 $(MAKE) --no-print-directory images >$(IMAGES_LOG) 2>&1 || rc=$$?; \
 	  $(TIMING) stage-end images $$rc; exit $$rc; } & build=$$!; \
-	rc=0; for stage in lint unit images molecule e2e; do \
+	rc=0; for stage in lint images unit molecule e2e; do \
 	  if [ $$stage = images ]; then \
 	    wait $$build || rc=$$?; \
-	    echo "lab images (built beside lint and unit; exit $$rc):"; cat $(IMAGES_LOG); \
+	    echo "lab images (built beside lint; exit $$rc):"; cat $(IMAGES_LOG); \
 	  else \
 	    $(TIMING) stage-start $$stage; \
 	    GX10_TEST_TIMING_DIR=$(GX10_TEST_TIMING_DIR) $(MAKE) --no-print-directory $$stage || rc=$$?; \
