@@ -29,7 +29,7 @@ from typing import Any
 DEFAULT_DIR = ".cache/test-timing"
 BUDGET_FILE = Path("docs") / "PERFORMANCE.md"
 BUDGET_HEADING = "## Test suite budget"
-STAGES = ("lint", "unit", "images", "molecule", "e2e")
+STAGES = ("lint", "images", "unit", "molecule", "e2e")
 SLOWEST = 30
 _ROW = re.compile(r"(stage: [a-z0-9_-]+|e2e: test_[A-Za-z0-9_]+\.py|molecule: [a-z0-9_]+|total)")
 _NOT_PYTEST = ("stages.json", "report.json")
