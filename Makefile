@@ -147,9 +147,10 @@ lint: venv ## yamllint, ansible-lint (production), ruff, mypy, role READMEs agai
 docs: venv ## Regenerate each role README's variable table from meta/argument_specs.yml
 	python -m gx10._dev.role_docs
 
-# One worker per CPU (pytest-xdist), each test file on one worker so its module fixtures run once.
+# One worker per CPU (pytest-xdist), each test file on one worker so its module fixtures run once;
+# files handed out in collection order, where tests/unit/conftest.py puts the `heavy` ones first.
 unit: venv browser-deps proxy-deps prometheus-tools ## Unit tests (plugins, Python; the report in a browser, the gateway behind haproxy, promtool)
-	pytest -q -n auto --dist loadfile -p gx10._dev.pytest_timing --timing-stage unit
+	pytest -q -n auto --dist loadfile --no-loadscope-reorder -p gx10._dev.pytest_timing --timing-stage unit
 
 # The role tests as one pipeline on one lab (gx10._dev.role_pipeline): every scenario in stage
 # order, its prerequisite stages only where this run has not applied them yet, its setup, then

@@ -52,6 +52,9 @@ WAIT_S = 15.0
 gateway_keys = load("gateway_keys")
 
 
+pytestmark = pytest.mark.heavy  # long tests: make unit hands this file out first
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

@@ -34,6 +34,9 @@ BROKEN = {
 }
 
 
+pytestmark = pytest.mark.heavy  # long tests: make unit hands this file out first
+
+
 @pytest.fixture(scope="module")
 def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessHead]:
     with vllm_sim_head(tmp_path_factory.mktemp("battery")) as served:

@@ -65,6 +65,9 @@ SECRET = "sk-gx10-test-0ff1ce"  # the inventory's API key: sent, never shown or 
 INTERVAL_MS = 200
 
 
+pytestmark = pytest.mark.heavy  # long tests: make unit hands this file out first
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
     deadline = time.monotonic() + timeout
     while not predicate() and time.monotonic() < deadline:

@@ -36,6 +36,9 @@ PARTLY_FAILED = "p256-c2-2400"  # requests_ok lowered by one, no requests_failed
 COUNTED = "p256-c2-unlocked"  # carries requests_failed (the runner's own count), which wins
 
 
+pytestmark = pytest.mark.heavy  # long tests: make unit hands this file out first
+
+
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """OUT of a small run with nodes: prompts 256, streams 1 and 2, caps 2400 and unlocked."""

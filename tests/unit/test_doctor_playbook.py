@@ -51,9 +51,12 @@ PCIE = {
     ("gx10-b", RAIL1): "2",
 }
 
-pytestmark = pytest.mark.skipif(
-    not ANSIBLE_PLAYBOOK.exists(), reason="needs ansible-playbook next to the test interpreter"
-)
+pytestmark = [
+    pytest.mark.heavy,  # long tests: make unit hands this file out first
+    pytest.mark.skipif(
+        not ANSIBLE_PLAYBOOK.exists(), reason="needs ansible-playbook next to the test interpreter"
+    ),
+]
 
 
 def node_sysfs(root: Path, node: str) -> None:

@@ -90,6 +90,9 @@ exit 0
 """
 
 
+pytestmark = pytest.mark.heavy  # long tests: make unit hands this file out first
+
+
 def load_agent() -> types.ModuleType:
     if str(MODULE_UTILS) not in sys.path:
         sys.path.insert(0, str(MODULE_UTILS))

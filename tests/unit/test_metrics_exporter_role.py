@@ -35,9 +35,12 @@ ROLE = ROOT / "roles" / "metrics_exporter"
 TOOL = ROLE / "files" / "gx10-gpu-metrics"
 SIM = ROOT / "python" / "gx10" / "lab" / "simulators" / "nvidia_smi.py"
 
-pytestmark = pytest.mark.skipif(
-    not ANSIBLE_PLAYBOOK.exists(), reason="needs ansible-playbook next to the test interpreter"
-)
+pytestmark = [
+    pytest.mark.heavy,  # long tests: make unit hands this file out first
+    pytest.mark.skipif(
+        not ANSIBLE_PLAYBOOK.exists(), reason="needs ansible-playbook next to the test interpreter"
+    ),
+]
 
 
 def play(

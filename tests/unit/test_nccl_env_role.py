@@ -32,9 +32,12 @@ from ansible_collections.gx10.cluster.tests.unit.localhost_playbook import (  # 
 
 NODES = {"gx10-a": "10", "gx10-b": "11"}
 
-pytestmark = pytest.mark.skipif(
-    not ANSIBLE_PLAYBOOK.exists(), reason="needs ansible-playbook next to the test interpreter"
-)
+pytestmark = [
+    pytest.mark.heavy,  # long tests: make unit hands this file out first
+    pytest.mark.skipif(
+        not ANSIBLE_PLAYBOOK.exists(), reason="needs ansible-playbook next to the test interpreter"
+    ),
+]
 
 PLAYBOOK = f"""
 - name: Validate the inventory and compute the cluster plan

@@ -25,9 +25,12 @@ from ansible_collections.gx10.cluster.tests.unit.localhost_playbook import (  # 
     two_node_inventory,
 )
 
-pytestmark = pytest.mark.skipif(
-    not ANSIBLE_PLAYBOOK.exists(), reason="needs ansible-playbook next to the test interpreter"
-)
+pytestmark = [
+    pytest.mark.heavy,  # long tests: make unit hands this file out first
+    pytest.mark.skipif(
+        not ANSIBLE_PLAYBOOK.exists(), reason="needs ansible-playbook next to the test interpreter"
+    ),
+]
 
 CHECK = "memory budget of the serving profile (dspark-0731)"
 # A profile the test machine's memory surely holds: 55 MB of weights, 1 B of KV per token.

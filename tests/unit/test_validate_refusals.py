@@ -38,9 +38,12 @@ NOWHERE = {"gx10-a": "192.0.2.10", "gx10-b": "192.0.2.11"}
 
 ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
 
-pytestmark = pytest.mark.skipif(
-    not ANSIBLE_PLAYBOOK.exists(), reason="needs ansible-playbook next to the test interpreter"
-)
+pytestmark = [
+    pytest.mark.heavy,  # long tests: make unit hands this file out first
+    pytest.mark.skipif(
+        not ANSIBLE_PLAYBOOK.exists(), reason="needs ansible-playbook next to the test interpreter"
+    ),
+]
 
 
 @pytest.fixture(scope="module")

@@ -31,9 +31,12 @@ from ansible_collections.gx10.cluster.tests.unit.localhost_playbook import (  # 
     two_node_inventory,
 )
 
-pytestmark = pytest.mark.skipif(
-    not ANSIBLE_PLAYBOOK.exists(), reason="needs ansible-playbook next to the test interpreter"
-)
+pytestmark = [
+    pytest.mark.heavy,  # long tests: make unit hands this file out first
+    pytest.mark.skipif(
+        not ANSIBLE_PLAYBOOK.exists(), reason="needs ansible-playbook next to the test interpreter"
+    ),
+]
 
 IMAGE = "gx10-registry:5000/anemll/dspark-vllm-gx10@sha256:" + "d" * 64
 TARGET = "/usr/local/lib/gx10-sim/vllm_sim/deepseek_v4_encoding.py"

@@ -65,6 +65,9 @@ WEATHER_TOOL = {
 # --------------------------------------------------------------------------------------------
 
 
+pytestmark = pytest.mark.heavy  # long tests: make unit hands this file out first
+
+
 def gid_text(ip: str | None) -> str:
     """A GID as sysfs prints it: eight groups of four hex digits."""
     if ip is None:

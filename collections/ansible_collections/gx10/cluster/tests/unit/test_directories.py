@@ -25,6 +25,9 @@ USER = pwd.getpwuid(os.getuid()).pw_name
 GROUP = grp.getgrgid(os.getgid()).gr_name
 
 
+pytestmark = pytest.mark.heavy  # long tests: make unit hands this file out first
+
+
 def args(*paths: Path, mode: str = "0750", **extra: Any) -> dict[str, Any]:
     # 0750 is no umask's default (0755 or 0775), so a directory left at its default shows.
     return {"paths": [str(p) for p in paths], "owner": USER, "group": GROUP, "mode": mode, **extra}

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from ansible_collections.gx10.cluster.tests.unit.localhost_playbook import run_ansible_playbook
@@ -25,6 +26,9 @@ NODES = ("gx10-a", "gx10-b", "gx10-c", "gx10-d")
 NETDEVS = ("lo-rail0", "lo-rail1")
 # Away from the role's default and from another run of this test at the same time.
 PORT = 20000 + os.getpid() % 20000
+
+
+pytestmark = pytest.mark.heavy  # long tests: make unit hands this file out first
 
 
 def _plan() -> dict[str, Any]:
