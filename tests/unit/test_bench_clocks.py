@@ -776,6 +776,13 @@ def write_inventory(cell: Cell, path: Path) -> Path:
     return path
 
 
+def _interruptible() -> None:
+    """In the child, before exec: SIGINT at its default, as at a terminal. A suite started in the
+    background or under GNU time inherits SIGINT ignored, and a Python started so never raises
+    KeyboardInterrupt: the tests that interrupt the bench would wait out their bounds."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def cli(cell: Cell, tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     inventory = write_inventory(cell, tmp_path / "hosts.yml")
     env = {**os.environ, "GX10_BENCH_LOCK": str(tmp_path / "bench.lock")}
@@ -786,6 +793,7 @@ def cli(cell: Cell, tmp_path: Path, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
+        preexec_fn=_interruptible,  # noqa: PLW1509 (a signal reset only: no lock, no allocation)
     )
 
 
