@@ -103,8 +103,8 @@ TIMING := python -m gx10._dev.timing_report --dir $(GX10_TEST_TIMING_DIR)
 # them: `make images` runs in the background from the start, beside lint (nice'd: lint comes
 # first and leaves a CPU free), timed as its own stage `images`, its output in IMAGES_LOG. The
 # stage `images` in the loop waits for it, before unit, and shows that log; a failed build stops
-# the run there. Not beside unit: its timing-bound tests (a haproxy reload, a clock sweep killed
-# mid-run) missed their bounds while the build's disk and CPU load ran beside them (2026-12-06).
+# the run there. Not beside unit: haproxy's reload test missed its 15 s bound under the build's
+# disk and CPU load (2026-12-06).
 # A run that stops earlier still waits for it (no build left running after make). host-deps runs
 # first, in the foreground.
 IMAGES_LOG = $(GX10_TEST_TIMING_DIR)/images.log
