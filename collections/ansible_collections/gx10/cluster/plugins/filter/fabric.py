@@ -261,7 +261,7 @@ def _parse(tool: str, stdout: Any) -> dict[str, Any]:
 def fabric_pair_merge_measurements(
     measurements: Any, run: Any, done: Any, tool: str
 ) -> list[dict[str, Any]]:
-    """measurements | gx10.cluster.fabric_pair_merge_measurements(run, done_results, tool)."""
+    """measurements | gx10.cluster.fabric_pair_merge_measurements(run, clients, tool)."""
     name = "fabric_pair_merge_measurements"
     clients = _list(done, "the clients' results", name)
     parsed = [_parse(str(tool), client.get("stdout", "")) for client in clients]

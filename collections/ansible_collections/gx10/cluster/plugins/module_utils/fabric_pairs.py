@@ -216,7 +216,7 @@ def pair_run_measurements(
     run, as the runs were before the pairs, gives fabric_rules' measurements)."""
     found: list[dict[str, Any]] = []
     for client, result in zip(done, parsed, strict=True):
-        pair = client["item"]["item"]
+        pair = fabric_rules.client_pair(client)
         its_run = {**run, "worker": pair["worker"]}
         (one,) = fabric_rules.run_measurements(its_run, [client], [result])
         found.append({**one, "client": pair["client"]} if "client" in pair else one)

@@ -177,14 +177,23 @@ def _of_run(measurement: Mapping[str, Any], run: Mapping[str, Any]) -> bool:
     )
 
 
+def client_pair(client: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A client result's pair: ``pair`` (gx10.cluster.fabric_bandwidth_run), or ``item.item``
+    for an async_status result of a loop, the shape the role had before it (and its recorded
+    fixtures, fixtures/fabric_rules/recorded.json, have)."""
+    pair: Mapping[str, Any] = client["pair"] if "pair" in client else client["item"]["item"]
+    return pair
+
+
 def run_measurements(
     run: Mapping[str, Any], done: Sequence[Mapping[str, Any]], parsed: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
-    """One measurement per client of ``run``: ``done`` are the clients' async_status results
-    (``item.item`` their pair), ``parsed`` what the tool's parse filter made of each stdout."""
+    """One measurement per client of ``run``: ``done`` are the clients' results, as
+    gx10.cluster.fabric_bandwidth_run returns them (``pair``: their pair), ``parsed`` what the
+    tool's parse filter made of each stdout."""
     found: list[dict[str, Any]] = []
     for client, result in zip(done, parsed, strict=True):
-        pair = client["item"]["item"]
+        pair = client_pair(client)
         finished = client.get("finished", False)
         why = result.get("error") or ""
         stderr = str(client.get("stderr") or "").strip()

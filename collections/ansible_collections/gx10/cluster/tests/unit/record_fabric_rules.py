@@ -595,7 +595,8 @@ def record(rev: str, out: Path) -> dict[str, Any]:
             "fabric_bandwidth_tool": "{{ case.tool }}",
             "__fabric_run": "{{ case.run }}",
             "__fabric_measurements": "{{ case.measurements }}",
-            "__fabric_done": {"results": "{{ case.done }}"},
+            "__fabric_done": {"results": "{{ case.done }}"},  # the role before the module
+            "__fabric_clients": "{{ case.done }}",  # with gx10.cluster.fabric_bandwidth_run
         }
         # Each expression is rendered by set_fact (on the controller, no module run per host
         # or case), and the one copy at the end writes them all.

@@ -5,7 +5,7 @@ Four inventory hosts on connection local, their rails on loopback addresses (127
 127.0.2.x), and a stand-in iperf3 (fixtures/fabric_pairs/iperf3) that listens, connects and
 prints iperf3 -J, slow towards the server addresses a fault file names. This checks the
 orchestration the unit tests cannot: every pair measured in its round, each server and client
-delegated to its own node, the servers stopped, and the report naming the bad links.
+run by its own node, the servers stopped, and the report naming the bad links.
 """
 
 from __future__ import annotations
@@ -57,6 +57,21 @@ def _plan() -> dict[str, Any]:
         "mtu": 9000,
         "hosts": {node: {"rails": rails(node)} for node in NODES},
     }
+
+
+def _servers_running() -> list[str]:
+    """The stand-in's servers of this test still running (their command lines)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "--server" in argv and any(
+            arg.isdigit() and int(arg) in (PORT, PORT + 1) for arg in argv
+        ):
+            found.append(" ".join(argv))
+    return found
 
 
 def test_every_pair_is_measured_and_the_slow_link_named(tmp_path: Path) -> None:
@@ -115,9 +130,10 @@ def test_every_pair_is_measured_and_the_slow_link_named(tmp_path: Path) -> None:
     }
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
     (tmp_path / "play.yml").write_text(yaml.safe_dump([play]))
-    pidfile = f"__fabric_pidfile={tmp_path}/iperf3-{{{{ item.worker }}}}"
+    # Each node's servers in a directory of its own (they share this machine's PID space).
+    run_dir = f"__fabric_run_dir={tmp_path}/run-{{{{ inventory_hostname }}}}"
     result = run_ansible_playbook(
-        tmp_path, tmp_path / "hosts.yml", tmp_path / "play.yml", "-e", pidfile, timeout=600
+        tmp_path, tmp_path / "hosts.yml", tmp_path / "play.yml", "-e", run_dir, timeout=600
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     found = json.loads(out.read_text())
@@ -139,5 +155,6 @@ def test_every_pair_is_measured_and_the_slow_link_named(tmp_path: Path) -> None:
         "rail1 gx10-a lo-rail1 127.0.2.10 <-> gx10-c 127.0.2.12: bandwidth (iperf3)",
         "rail1 gx10-b lo-rail1 127.0.2.11 <-> gx10-c 127.0.2.12: bandwidth (iperf3)",
     ]
-    # Every server was stopped: no pidfile left behind.
-    assert not list(tmp_path.glob("iperf3-*"))
+    # Every server was stopped: no PID file left behind, no server process left.
+    assert not list(tmp_path.glob("run-*/*.pid"))
+    assert not _servers_running(), _servers_running()
