@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
+from typing import Any
+
+from gx10 import ProvisionResult
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB_INVENTORY = ROOT / "inventories" / "lab"
@@ -24,6 +28,17 @@ def node_sh(node: str, script: str, *, check: bool = True) -> str:
     if check and proc.returncode != 0:
         raise AssertionError(f"{node}: `{script}` failed ({proc.returncode}): {proc.stderr}")
     return proc.stdout
+
+
+def task_results(run: ProvisionResult, task: str) -> dict[str, dict[str, Any]]:
+    """host -> the module result of `task` in this run (ok or failed), from its job events."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted((run.artifact_dir / "job_events").glob("*.json")):
+        event = json.loads(path.read_text())
+        data = event.get("event_data", {})
+        if event.get("event") in ("runner_on_ok", "runner_on_failed") and data.get("task") == task:
+            found[data["host"]] = data["res"]
+    return found
 
 
 def rank_container(node: str, container: str = "gx10-vllm") -> dict[str, str]:

@@ -18,7 +18,14 @@ from typing import Any
 
 import pytest
 import yaml
-from labtools import CHECKPOINT_DIGEST, LAB_INVENTORY, NODES, RANK_SEES_CHECKPOINT, node_sh
+from labtools import (
+    CHECKPOINT_DIGEST,
+    LAB_INVENTORY,
+    NODES,
+    RANK_SEES_CHECKPOINT,
+    node_sh,
+    task_results,
+)
 
 from gx10 import ProvisionResult, lab, provision
 
@@ -40,15 +47,7 @@ def _model(**extravars: object) -> ProvisionResult:
     return provision(LAB_INVENTORY, "site.yml", tags=["model"], extravars=extravars or None)
 
 
-def _results(run: ProvisionResult, task: str) -> dict[str, dict[str, Any]]:
-    """host -> the module result of `task` in this run (ok or failed)."""
-    found: dict[str, dict[str, Any]] = {}
-    for path in sorted((run.artifact_dir / "job_events").glob("*.json")):
-        event = json.loads(path.read_text())
-        data = event.get("event_data", {})
-        if event.get("event") in ("runner_on_ok", "runner_on_failed") and data.get("task") == task:
-            found[data["host"]] = data["res"]
-    return found
+_results = task_results
 
 
 def _served(run: ProvisionResult) -> dict[str, dict[str, Any]]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labtools import ROOT, node_sh, rank_container
+from labtools import ROOT, node_sh, rank_container, task_results
 
 from gx10 import ProvisionResult, lab, provision
 from gx10.doctor.collect import parse_bandwidth_report
@@ -67,7 +67,11 @@ def test_the_lab_is_four_nodes_on_one_bridge_per_rail(four: lab.LabStatus) -> No
 
 
 def test_site_converges_every_node_and_serves_tp4(converged: ProvisionResult) -> None:
+    """The converge ran site.yml's every stage, the smoke stage last: its four checks through
+    the head passed (converged.ok), as again in the re-apply below."""
     assert set(converged.hosts) >= set(CFG4.nodes)
+    smoke = task_results(converged, "Run the four smoke checks")
+    assert smoke["localhost"]["rc"] == 0, smoke
     for node in CFG4.nodes:
         assert converged.hosts[node].failed == 0
     for rank, node in enumerate(CFG4.nodes):
@@ -91,11 +95,6 @@ def test_reapply_changes_nothing(converged: ProvisionResult) -> None:
     assert again.ok, _messages(again)
     assert again.changed_total == 0, {h: s.changed for h, s in again.hosts.items()}
     assert {node: _container(node) for node in CFG4.nodes} == before
-
-
-def test_smoke_through_the_head(converged: ProvisionResult) -> None:
-    result = provision(LAB4, "smoke.yml")
-    assert result.ok, _messages(result)
 
 
 def test_bench_telemetry_comes_from_every_node(converged: ProvisionResult, tmp_path: Path) -> None:
