@@ -96,36 +96,33 @@ images: venv host-deps ## Build the lab images that are missing (cached by recip
 GX10_TEST_TIMING_DIR ?= $(CURDIR)/.cache/test-timing
 TIMING := python -m gx10._dev.timing_report --dir $(GX10_TEST_TIMING_DIR)
 
-# Each stage is its own make, timed. As with prerequisites, a failed stage stops the ones after it
-# and its status is make's; the report is printed in any case. molecule and e2e share one lab,
-# left up at the end (.ci/run takes it down; `make lab-down` here).
-# The lab images are needed from molecule on, and take minutes to build on a machine without
-# them: `make images` runs in the background from the start, beside lint (nice'd: lint comes
-# first and leaves a CPU free), timed as its own stage `images`, its output in IMAGES_LOG. The
-# stage `images` in the loop waits for it, before unit, and shows that log; a failed build stops
-# the run there. Not beside unit: haproxy's reload test missed its 15 s bound under the build's
-# disk and CPU load (2026-12-06).
-# A run that stops earlier still waits for it (no build left running after make). host-deps runs
-# first, in the foreground.
+# Each stage is its own make, timed; the report is printed in any case. lint, unit and the lab
+# images (`make images`, nice'd) run at once from the start: none of them keeps two cores busy
+# alone (lint is one process at a time; unit's tests wait on agents, servers and browsers; the
+# build waits on the network and the disk). unit's output is shown as it runs, lint's and the
+# build's (LINT_LOG, IMAGES_LOG) when unit has ended and each has. molecule and e2e, which need
+# the images and share one lab (left up at the end: .ci/run takes it down, `make lab-down` here),
+# run after all three passed. A failed stage stops the ones after it; make's status is the run's.
+# Nothing is left running after make. The host packages (host-deps and unit's) come first.
 IMAGES_LOG = $(GX10_TEST_TIMING_DIR)/images.log
-test: venv host-deps ## Everything: lint, unit, molecule, end to end (lab images built beside lint); then the timing report
+LINT_LOG = $(GX10_TEST_TIMING_DIR)/lint.log
+test: venv host-deps browser-deps proxy-deps prometheus-tools ## Everything: lint, unit and the lab images at once, then molecule, end to end; then the timing report
 	rm -f $(GX10_TEST_TIMING_DIR)/*.json
 	mkdir -p $(GX10_TEST_TIMING_DIR)
-	{ $(TIMING) stage-start images; rc=0; \
-	  nice -n 10 $(MAKE) --no-print-directory images >$(IMAGES_LOG) 2>&1 || rc=$$?; \
-	  $(TIMING) stage-end images $$rc; exit $$rc; } & build=$$!; \
-	rc=0; for stage in lint images unit molecule e2e; do \
-	  if [ $$stage = images ]; then \
-	    wait $$build || rc=$$?; \
-	    echo "lab images (built beside lint; exit $$rc):"; cat $(IMAGES_LOG); \
-	  else \
-	    $(TIMING) stage-start $$stage; \
-	    GX10_TEST_TIMING_DIR=$(GX10_TEST_TIMING_DIR) $(MAKE) --no-print-directory $$stage || rc=$$?; \
-	    $(TIMING) stage-end $$stage $$rc; \
-	  fi; \
+	export GX10_TEST_TIMING_DIR=$(GX10_TEST_TIMING_DIR); \
+	stage() { name=$$1; shift; $(TIMING) stage-start $$name; r=0; "$$@" || r=$$?; \
+	  $(TIMING) stage-end $$name $$r; return $$r; }; \
+	stage lint $(MAKE) --no-print-directory lint >$(LINT_LOG) 2>&1 & lint=$$!; \
+	stage images nice -n 10 $(MAKE) --no-print-directory images >$(IMAGES_LOG) 2>&1 & build=$$!; \
+	rc=0; stage unit $(MAKE) --no-print-directory unit || rc=$$?; \
+	r=0; wait $$lint || r=$$?; [ $$r -eq 0 ] || rc=$$r; \
+	echo "lint (beside unit and the image build; exit $$r):"; cat $(LINT_LOG); \
+	r=0; wait $$build || r=$$?; [ $$r -eq 0 ] || rc=$$r; \
+	echo "lab images (built beside lint and unit; exit $$r):"; cat $(IMAGES_LOG); \
+	for next in molecule e2e; do \
 	  [ $$rc -eq 0 ] || break; \
+	  stage $$next $(MAKE) --no-print-directory $$next || rc=$$?; \
 	done; \
-	wait; \
 	$(TIMING) print || [ $$rc -ne 0 ] || rc=1; \
 	exit $$rc
 

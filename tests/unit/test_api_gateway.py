@@ -216,6 +216,10 @@ class Gateway:
         )
         _until("listening", self._listening)
         _until("answering on its runtime API", self.socket.exists)
+        # The master logs its first "Loading success." after the worker forked, and so after
+        # the port answers: a reload counted before it would count the start as the reload, and
+        # a SIGUSR2 before the master's handlers are set would end it (the signal's default).
+        _until("started", lambda: self.log.read_text().count("Loading success") >= 1)
 
     def _listening(self) -> bool:
         assert self.proc.poll() is None, self.log.read_text()

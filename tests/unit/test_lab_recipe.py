@@ -131,7 +131,7 @@ def test_node_privileges_follow_the_bounding_set(
 
 
 def test_every_image_recipe_is_one_the_lab_builds_ahead() -> None:
-    """`gx10 lab images` (make test's build beside lint) builds every recipe up() uses."""
+    """`gx10 lab images` (make test's build beside lint and unit) builds every recipe up() uses."""
     recipes = {name for name in vars(images) if name.endswith("_spec")}
     assert {spec.__name__ for spec in images.LAB_IMAGES} == recipes
     assert len({spec().name for spec in images.LAB_IMAGES}) == len(recipes)

@@ -203,7 +203,7 @@ def _make_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stand_ins: str) 
     (tmp_path / "Makefile").write_text(
         "SHELL := /bin/bash\n.SHELLFLAGS := -eu -o pipefail -c\n"
         + _test_target().replace("python -m", f"{sys.executable} -m")
-        + "venv host-deps:\n"
+        + "venv host-deps browser-deps proxy-deps prometheus-tools:\n"
         + stand_ins
     )
     monkeypatch.delenv("GX10_TEST_TIMING_DIR", raising=False)
@@ -245,34 +245,45 @@ def test_make_test_stops_at_a_failed_stage_prints_the_report_and_keeps_its_statu
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
-def test_make_test_builds_the_images_beside_lint_and_stops_before_unit_if_that_fails(
+def test_make_test_runs_lint_unit_and_the_build_at_once_and_stops_before_molecule(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each of lint and the image build waits until the other has begun: they run at once."""
+    """Each of lint, unit and the image build waits until the other two have begun: they run
+    at once. The build fails: unit still ends, its and lint's output shown, molecule never runs."""
+
+    def waits_for(name: str, *others: str, then: str) -> str:
+        began = " && ".join(f"[ -e {other}.began ]" for other in others)
+        return (
+            f"{name}:\n\t@touch {name}.began; for i in $$(seq 200); do {began} && break; "
+            f"sleep 0.05; done; {then}\n"
+        )
+
     stand_ins = (
-        "lint:\n\t@touch lint.began; for i in $$(seq 200); do [ -e images.began ] && exit 0; "
-        "sleep 0.05; done; exit 9\n"
-        "images:\n\t@touch images.began; for i in $$(seq 200); do [ -e lint.began ] && break; "
-        "sleep 0.05; done; echo mmdebstrap broke; exit 4\n"
-        "unit molecule e2e:\n\t@echo $@ ran\n"
+        waits_for("lint", "images", "unit", then="echo linted")
+        + waits_for("images", "lint", "unit", then="echo mmdebstrap broke; exit 4")
+        + waits_for("unit", "lint", "images", then="echo unit ran")
+        + "molecule e2e:\n\t@echo $@ ran\n"
     )
 
     proc = _make_test(tmp_path, monkeypatch, stand_ins)
 
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "unit ran" not in proc.stdout
+    assert "unit ran" in proc.stdout
     assert "molecule ran" not in proc.stdout
-    shown = proc.stdout.partition("lab images (built beside lint; exit 2):\n")[2]
+    linted = proc.stdout.partition("lint (beside unit and the image build; exit 0):\n")[2]
+    assert linted.startswith("linted\n"), proc.stdout
+    shown = proc.stdout.partition("lab images (built beside lint and unit; exit 2):\n")[2]
     assert "mmdebstrap broke" in shown.partition("Test timing report")[0], proc.stdout
-    assert re.search(r"^images +[0-9.]+ +[0-9.]+ +failed \(2\) +lint\b", proc.stdout, re.M)
+    assert re.search(r"^images +[0-9.]+ +[0-9.]+ +failed \(2\) +lint, unit\b", proc.stdout, re.M)
     assert re.search(r"^total +[0-9.]+ +[0-9.]+ +wall time", proc.stdout, re.M), proc.stdout
     report = json.loads((tmp_path / ".cache" / "test-timing" / "report.json").read_text())
     rows = {row["row"]: row for row in report["stages"]}
     assert [rows[f"stage: {name}"]["status"] for name in timing_report.STAGES] == [
-        "ok", "failed (2)", "not run", "not run", "not run"
+        "ok", "failed (2)", "ok", "not run", "not run"
     ]  # fmt: skip
-    assert "images" in rows["stage: lint"]["beside"]
-    assert "lint" in rows["stage: images"]["beside"]
+    assert set(rows["stage: lint"]["beside"]) == {"images", "unit"}
+    assert set(rows["stage: images"]["beside"]) == {"lint", "unit"}
+    assert set(rows["stage: unit"]["beside"]) == {"lint", "images"}
     assert rows["stage: molecule"]["beside"] == []
     # The total is wall time: from the first start to the last end, not the stages' sum.
     stages = json.loads((tmp_path / ".cache" / "test-timing" / "stages.json").read_text())

@@ -3,7 +3,7 @@ slowest tests.
 
 ``python -m gx10._dev.timing_report stage-start NAME`` and ``stage-end NAME RC`` record a
 stage's start, end and exit status in ``<dir>/stages.json`` (a stage may run beside others, as
-the lab image build runs beside lint: the report names what each ran beside, and its
+lint, unit and the lab image build run at once: the report names what each ran beside, and its
 total is wall time, from the first start to the last end); ``print`` reads those, the
 pytest runs' JSONs (``<dir>/<stage>.json``, written by gx10._dev.pytest_timing) and the role
 pipeline's (``<dir>/molecule.json``, written by gx10._dev.role_pipeline: each scenario's steps),

@@ -299,7 +299,7 @@ def ensure(spec: ImageSpec, log: Log, *, rebuild: bool = False) -> str:
 
 # Every image the lab runs: its nodes (and the switch), the registry, the vLLM stand-in it
 # publishes there, Prometheus. `up()` builds each where it needs it; ensure_images() builds them
-# ahead of it (`gx10 lab images`, which `make test` runs beside lint).
+# ahead of it (`gx10 lab images`, which `make test` runs beside lint and unit).
 LAB_IMAGES: tuple[Callable[[], ImageSpec], ...] = (
     node_spec,
     registry_spec,
