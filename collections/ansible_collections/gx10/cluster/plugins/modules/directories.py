@@ -80,13 +80,13 @@ changed_paths:
 """
 
 import errno
-import grp
 import os
-import pwd
 import stat
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gx10.cluster.plugins.module_utils import file_attributes
 
 KINDS = (
     (stat.S_ISREG, "a file"),
@@ -148,29 +148,7 @@ def missing_directories(paths: list[str]) -> tuple[list[str], list[str]]:
 def attribute_errors(params: dict[str, Any]) -> list[str]:
     """An unknown owner or group, or a mode neither octal nor symbolic: found before any change,
     where the module's own helpers would find them after the first directory exists."""
-    errors = []
-    owner, group, mode = params["owner"], params["group"], params["mode"]
-    if owner is not None and not owner.isdigit():
-        try:
-            pwd.getpwnam(owner)
-        except KeyError:
-            errors.append(f"owner {owner!r} is not a user on this node")
-    if group is not None and not group.isdigit():
-        try:
-            grp.getgrnam(group)
-        except KeyError:
-            errors.append(f"group {group!r} is not a group on this node")
-    if mode is not None and not isinstance(mode, int):
-        try:
-            bits = int(str(mode), 8)
-        except ValueError:
-            try:
-                bits = AnsibleModule._symbolic_mode_to_octal(os.stat("/"), str(mode))
-            except Exception:  # what the module's own helper takes as "not symbolic"
-                bits = -1
-        if not 0 <= bits <= 0o7777:  # permission bits only, as the module's own helper takes
-            errors.append(f"mode {mode!r} is neither octal (such as '0755') nor symbolic")
-    return errors
+    return file_attributes.attribute_errors(params, AnsibleModule._symbolic_mode_to_octal)
 
 
 def file_arguments(module: AnsibleModule, path: str) -> dict[str, Any]:

@@ -1,0 +1,273 @@
+#!/usr/bin/python
+# SPDX-License-Identifier: Apache-2.0
+"""Module gx10.cluster.files: several files, each with its content, owner, group and mode, in one
+run."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: files
+short_description: Write several files, each with its content, owner, group and mode, in one run
+description:
+  - What C(ansible.builtin.copy) with C(content) does for each of I(files), in one module
+    execution instead of two or more per file (C(copy) and C(template) run C(stat), then C(copy)
+    or C(file), on every converge).
+  - Templates are rendered on the controller as for any module argument
+    (C(lookup('ansible.builtin.template', ...))), and a role's file is read with
+    C(lookup('ansible.builtin.file', ..., rstrip=false)).
+  - A file whose content differs is written to a temporary file beside it and moved into place
+    (atomic), then gets its I(owner), I(group) and I(mode); one whose content is the same only
+    gets the attributes that differ. Its directory must exist (C(gx10.cluster.directories)).
+  - Every file is checked before anything changes. A destination that is not absolute, that
+    exists and is not a regular file (a directory, a symlink, a device), or whose directory is
+    missing, fails the task naming it, and nothing is written. So does an unknown I(owner) or
+    I(group), or a I(mode) that is neither octal nor symbolic.
+  - For files that are not secret, as C(template) writes them (a diff and the task's arguments
+    show the content); a secret belongs in a C(copy) task of its own with C(no_log).
+options:
+  files:
+    description: The files.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      dest:
+        description: Absolute path of the file.
+        type: path
+        required: true
+      content:
+        description: The file's content (text, written as UTF-8).
+        type: str
+        required: true
+      mode:
+        description: Mode of the file, as C(copy) takes it (quote an octal mode); else I(mode).
+        type: raw
+  owner:
+    description: Owner of every file (a user name or a uid); unchanged if not given.
+    type: str
+  group:
+    description: Group of every file (a group name or a gid); unchanged if not given.
+    type: str
+  mode:
+    description: Mode of a file that gives none; unchanged if neither gives one.
+    type: raw
+attributes:
+  check_mode:
+    description: Reports what would be written or changed, and changes nothing.
+    support: full
+  diff_mode:
+    description: >-
+      One entry per file that changes: its content before and after (a new file's is empty), or
+      its C(owner), C(group) or C(mode) before and after.
+    support: full
+author:
+  - gx10 maintainers
+"""
+
+EXAMPLES = r"""
+- name: Install the guard's tool and its config
+  gx10.cluster.files:
+    owner: root
+    group: root
+    mode: "0644"
+    files:
+      - dest: /usr/local/sbin/gx10-memory-guard
+        content: "{{ lookup('ansible.builtin.file', 'gx10-memory-guard', rstrip=false) }}"
+        mode: "0755"
+      - dest: /etc/gx10/memory-guard.json
+        content: "{{ settings | to_nice_json }}\n"
+  register: __guard_files
+
+- name: Restart the guard when its config changed
+  ansible.builtin.systemd_service:
+    name: gx10-memory-pressure.service
+    state: restarted
+  when: "'/etc/gx10/memory-guard.json' in __guard_files.changed_paths"
+"""
+
+RETURN = r"""
+changed_paths:
+  description: >-
+    The files written or whose owner, group or mode changed (in check mode, that would be), in
+    the order of I(files).
+  returned: always
+  type: list
+  elements: str
+written:
+  description: The files whose content was (in check mode, would be) written, new ones included.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import os
+import stat
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gx10.cluster.plugins.module_utils.file_attributes import attribute_errors
+
+DIFF_MAX_BYTES = 128 * 1024
+
+
+def read_current(path: str) -> bytes | None:
+    """The file's bytes, or None when it does not exist."""
+    try:
+        with open(path, "rb") as current:
+            return current.read()
+    except FileNotFoundError:
+        return None
+
+
+def path_errors(path: str) -> list[str]:
+    """Why a file cannot be written at ``path`` (empty when it can). Reads only."""
+    if not os.path.isabs(path):
+        return [f"dest must be absolute, got {path!r}"]
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        parent = os.path.dirname(path)
+        if not os.path.isdir(parent):
+            return [f"{path} cannot be written: its directory {parent} does not exist"]
+        return []
+    if not stat.S_ISREG(mode):
+        what = (
+            "a directory"
+            if stat.S_ISDIR(mode)
+            else "a symlink"
+            if stat.S_ISLNK(mode)
+            else ("not a regular file")
+        )
+        return [f"{path} exists and is {what}, not a regular file"]
+    return []
+
+
+def _text(data: bytes | None) -> str | None:
+    if data is None:
+        return ""
+    if len(data) > DIFF_MAX_BYTES:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def content_diff(path: str, before: bytes | None, after: bytes) -> dict[str, Any]:
+    old, new = _text(before), _text(after)
+    if old is None or new is None:
+        return {"before_header": path, "after_header": path, "before": "", "after": "",
+                "prepared": f"{path}: binary or large content differs"}  # fmt: skip
+    return {"before_header": path, "after_header": path, "before": old, "after": new}
+
+
+def write_atomic(module: AnsibleModule, path: str, data: bytes) -> None:
+    """Write ``data`` beside ``path`` and move it into place."""
+    directory = os.path.dirname(path)
+    handle, temporary = tempfile.mkstemp(prefix=".gx10-", dir=directory)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        module.atomic_move(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def file_arguments(module: AnsibleModule, path: str, mode: object) -> dict[str, Any]:
+    params = module.params
+    arguments: dict[str, Any] = module.load_file_common_arguments(
+        {"path": path, "owner": params["owner"], "group": params["group"], "mode": mode}
+    )
+    return arguments
+
+
+def plan(files: list[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+    """The destinations in order (each once) and every error. Reads only."""
+    errors: list[str] = []
+    seen: list[str] = []
+    for entry in files:
+        path = os.path.normpath(entry["dest"]) if os.path.isabs(entry["dest"]) else entry["dest"]
+        if path in seen:
+            errors.append(f"{path} is given twice")
+            continue
+        seen.append(path)
+        errors += path_errors(path)
+    return seen, errors
+
+
+def run(module: AnsibleModule) -> dict[str, Any]:
+    params = module.params
+    files: list[Mapping[str, Any]] = params["files"]
+    paths, errors = plan(files)
+    for entry in files:
+        mode = entry.get("mode")
+        if mode is not None:
+            errors += attribute_errors({"mode": mode}, AnsibleModule._symbolic_mode_to_octal)
+    errors += attribute_errors(params, AnsibleModule._symbolic_mode_to_octal)
+    if errors:
+        module.fail_json(msg="; ".join(dict.fromkeys(errors)) + "; nothing was written")
+
+    written: list[str] = []
+    changed_paths: list[str] = []
+    diffs: list[dict[str, Any]] = []
+    for path, entry in zip(paths, files, strict=True):
+        data = entry["content"].encode("utf-8")
+        before = read_current(path)
+        mode = entry.get("mode") if entry.get("mode") is not None else params["mode"]
+        if before != data:
+            if not module.check_mode:
+                write_atomic(module, path, data)
+            written.append(path)
+            changed_paths.append(path)
+            diffs.append(content_diff(path, before, data))
+            if module.check_mode and before is None:
+                continue  # nothing to compare attributes with
+        diff: dict[str, Any] = {"before": {"path": path}, "after": {"path": path}}
+        attributes_changed = module.set_fs_attributes_if_different(
+            file_arguments(module, path, mode), False, diff, expand=False
+        )
+        if attributes_changed and path not in changed_paths:
+            changed_paths.append(path)
+            diffs.append(diff)
+
+    result: dict[str, Any] = {
+        "changed": bool(changed_paths),
+        "changed_paths": changed_paths,
+        "written": written,
+    }
+    if module._diff:
+        result["diff"] = diffs
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "files": {
+                "type": "list",
+                "elements": "dict",
+                "required": True,
+                "options": {
+                    "dest": {"type": "path", "required": True},
+                    "content": {"type": "str", "required": True},
+                    "mode": {"type": "raw"},
+                },
+            },
+            "owner": {"type": "str"},
+            "group": {"type": "str"},
+            "mode": {"type": "raw"},
+        },
+        supports_check_mode=True,
+    )
+    module.exit_json(**run(module))
+
+
+if __name__ == "__main__":
+    main()
