@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: files
-short_description: Write several files, each with its content, owner, group and mode, in one run
+short_description: Write several files (content, owner, group, mode) and remove others, in one run
 description:
   - What C(ansible.builtin.copy) with C(content) does for each of I(files), in one module
     execution instead of two or more per file (C(copy) and C(template) run C(stat), then C(copy)
@@ -19,6 +19,7 @@ description:
   - A file whose content differs is written to a temporary file beside it and moved into place
     (atomic), then gets its I(owner), I(group) and I(mode); one whose content is the same only
     gets the attributes that differ. Its directory must exist (C(gx10.cluster.directories)).
+  - I(absent) names files to remove where they exist, in the same run.
   - Every file is checked before anything changes. A destination that is not absolute, that
     exists and is not a regular file (a directory, a symlink, a device), or whose directory is
     missing, fails the task naming it, and nothing is written. So does an unknown I(owner) or
@@ -30,7 +31,7 @@ options:
     description: The files.
     type: list
     elements: dict
-    required: true
+    default: []
     suboptions:
       dest:
         description: Absolute path of the file.
@@ -43,6 +44,13 @@ options:
       mode:
         description: Mode of the file, as C(copy) takes it (quote an octal mode); else I(mode).
         type: raw
+  absent:
+    description:
+      - Absolute paths of files to remove where they exist (a regular file or a symlink; a
+        directory fails the task, naming it, before anything changes).
+    type: list
+    elements: path
+    default: []
   owner:
     description: Owner of every file (a user name or a uid); unchanged if not given.
     type: str
@@ -89,13 +97,18 @@ EXAMPLES = r"""
 RETURN = r"""
 changed_paths:
   description: >-
-    The files written or whose owner, group or mode changed (in check mode, that would be), in
-    the order of I(files).
+    The files written or whose owner, group or mode changed, then those removed (in check mode,
+    that would be), in the order of I(files) and I(absent).
   returned: always
   type: list
   elements: str
 written:
   description: The files whose content was (in check mode, would be) written, new ones included.
+  returned: always
+  type: list
+  elements: str
+removed:
+  description: The files of I(absent) that existed and were (in check mode, would be) removed.
   returned: always
   type: list
   elements: str
@@ -202,10 +215,44 @@ def plan(files: list[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
     return seen, errors
 
 
+def absent_errors(paths: list[str], written: list[str]) -> list[str]:
+    """Why a path of ``absent`` cannot be removed (a directory, a relative path, a file also
+    written). Reads only."""
+    errors = []
+    for path in paths:
+        if not os.path.isabs(path):
+            errors.append(f"absent paths must be absolute, got {path!r}")
+        elif os.path.normpath(path) in written:
+            errors.append(f"{path} is both written and removed")
+        elif os.path.isdir(path) and not os.path.islink(path):
+            errors.append(f"{path} is a directory: only files are removed")
+    return errors
+
+
+def remove(module: AnsibleModule, paths: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Remove the files of ``paths`` that exist; the removed ones and their diffs."""
+    removed: list[str] = []
+    diffs: list[dict[str, Any]] = []
+    for path in dict.fromkeys(os.path.normpath(p) for p in paths):
+        if not os.path.lexists(path):
+            continue
+        if not module.check_mode:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                continue  # gone meanwhile: as good
+        removed.append(path)
+        diffs.append(
+            {"before": {"path": path, "state": "file"}, "after": {"path": path, "state": "absent"}}
+        )
+    return removed, diffs
+
+
 def run(module: AnsibleModule) -> dict[str, Any]:
     params = module.params
     files: list[Mapping[str, Any]] = params["files"]
     paths, errors = plan(files)
+    errors += absent_errors(params["absent"], paths)
     for entry in files:
         mode = entry.get("mode")
         if mode is not None:
@@ -237,10 +284,14 @@ def run(module: AnsibleModule) -> dict[str, Any]:
             changed_paths.append(path)
             diffs.append(diff)
 
+    removed, removed_diffs = remove(module, params["absent"])
+    changed_paths += removed
+    diffs += removed_diffs
     result: dict[str, Any] = {
         "changed": bool(changed_paths),
         "changed_paths": changed_paths,
         "written": written,
+        "removed": removed,
     }
     if module._diff:
         result["diff"] = diffs
@@ -253,13 +304,14 @@ def main() -> None:
             "files": {
                 "type": "list",
                 "elements": "dict",
-                "required": True,
+                "default": [],
                 "options": {
                     "dest": {"type": "path", "required": True},
                     "content": {"type": "str", "required": True},
                     "mode": {"type": "raw"},
                 },
             },
+            "absent": {"type": "list", "elements": "path", "default": []},
             "owner": {"type": "str"},
             "group": {"type": "str"},
             "mode": {"type": "raw"},

@@ -66,18 +66,20 @@ def test_plan_refuses_what_cannot_be_a_file(tmp_path: Path) -> None:
 # --- the module, through a real ansible-playbook ------------------------------------------------
 
 
-def test_writes_fixes_diffs_refuses_and_checks(tmp_path: Path) -> None:
-    new, same, loose, bad_mode = (tmp_path / n for n in ("new.conf", "same", "loose", "bad"))
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    """Every case in one playbook run: the results r0.. and the directory they ran in."""
+    tmp_path = tmp_path_factory.mktemp("files")
+    same, loose = tmp_path / "same", tmp_path / "loose"
     same.write_text("kept\n")
     os.chmod(same, 0o640)
     loose.write_text("kept too\n")
     os.chmod(loose, 0o666)
-    tool = {"dest": str(tmp_path / "tool"), "content": "#!/bin/sh\necho hi\n", "mode": "0750"}
     wanted = files(
-        {"dest": str(new), "content": "a = 1\n"},
+        {"dest": str(tmp_path / "new.conf"), "content": "a = 1\n"},
         {"dest": str(same), "content": "kept\n"},
         {"dest": str(loose), "content": "kept too\n"},
-        tool,
+        {"dest": str(tmp_path / "tool"), "content": "#!/bin/sh\necho hi\n", "mode": "0750"},
     )
     check_dir = tmp_path / "check"
     check_dir.mkdir()
@@ -86,56 +88,99 @@ def test_writes_fixes_diffs_refuses_and_checks(tmp_path: Path) -> None:
         {"dest": str(check_dir / "old"), "content": "after\n"},
         {"dest": str(check_dir / "fresh"), "content": "x\n"},
     )
-    bad_mode.write_text("untouched\n")
+    (tmp_path / "bad").write_text("untouched\n")
     refused = files(
-        {"dest": str(bad_mode), "content": "changed\n"},
+        {"dest": str(tmp_path / "bad"), "content": "changed\n"},
         {"dest": str(tmp_path / "no-dir" / "f"), "content": "x\n"},
         mode="rwxr-xr-x",
     )
-    r = run_tasks(
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    (gone / "old.map").write_text("k v\n")
+    (gone / "link").symlink_to(gone / "nowhere")
+    (gone / "kept-dir").mkdir()
+    removals = {"absent": [str(gone / n) for n in ("old.map", "link", "never-there")]}
+    results = run_tasks(
         tmp_path,
         [
             {MODULE: wanted, "diff": True},
             {MODULE: wanted},
             {MODULE: checked, "check_mode": True, "diff": True},
             {MODULE: refused},
+            {MODULE: removals, "check_mode": True},
+            {MODULE: removals, "diff": True},
+            {MODULE: removals},
+            {MODULE: {"absent": [str(gone / "kept-dir"), str(gone / "x")]}},
         ],
     )
+    return results, tmp_path
 
-    # The first run writes the new file and the tool, fixes loose's mode, leaves same alone.
+
+def test_writes_new_files_fixes_modes_and_leaves_the_same_alone(
+    ran: tuple[dict[str, Any], Path],
+) -> None:
+    r, base = ran
+    new, loose, tool = base / "new.conf", base / "loose", base / "tool"
     first = r["r0"]
     assert not first.get("failed"), first
     assert first["changed"] is True
-    assert first["written"] == [str(new), tool["dest"]]
-    assert first["changed_paths"] == [str(new), str(loose), tool["dest"]]
+    assert first["written"] == [str(new), str(tool)]
+    assert first["changed_paths"] == [str(new), str(loose), str(tool)]
     assert new.read_text() == "a = 1\n"
-    assert (mode_of(new), mode_of(loose), mode_of(Path(tool["dest"]))) == (0o640, 0o640, 0o750)
-    assert Path(tool["dest"]).read_text() == tool["content"]
+    assert (mode_of(new), mode_of(loose), mode_of(tool)) == (0o640, 0o640, 0o750)
+    assert tool.read_text() == "#!/bin/sh\necho hi\n"
     assert new.stat().st_uid == os.getuid()
-    assert not list(tmp_path.glob(".gx10-*"))  # no temporary file left
+    assert not list(base.glob(".gx10-*"))  # no temporary file left
     diffs = first["diff"]
     assert {"before_header": str(new), "after_header": str(new), "before": "",
             "after": "a = 1\n"} in diffs  # fmt: skip
     assert {"before": {"path": str(loose), "mode": "0666"},
             "after": {"path": str(loose), "mode": "0640"}} in diffs  # fmt: skip
-
     # The second run changes nothing.
     assert r["r1"]["changed"] is False
     assert r["r1"]["changed_paths"] == []
 
-    # Check mode: reports the change and the diff, writes nothing.
+
+def test_check_mode_reports_the_change_and_writes_nothing(
+    ran: tuple[dict[str, Any], Path],
+) -> None:
+    r, base = ran
     check = r["r2"]
     assert check["changed"] is True
-    assert check["written"] == [str(check_dir / "old"), str(check_dir / "fresh")]
-    assert (check_dir / "old").read_text() == "before\n"
-    assert not (check_dir / "fresh").exists()
+    assert check["written"] == [str(base / "check" / "old"), str(base / "check" / "fresh")]
+    assert (base / "check" / "old").read_text() == "before\n"
+    assert not (base / "check" / "fresh").exists()
     assert check["diff"][0]["before"] == "before\n"
     assert check["diff"][0]["after"] == "after\n"
 
-    # A bad mode and a missing directory: refused, naming both, nothing written.
+
+def test_a_bad_mode_and_a_missing_directory_are_refused_before_any_write(
+    ran: tuple[dict[str, Any], Path],
+) -> None:
+    r, base = ran
     failed = r["r3"]
     assert failed["failed"] is True
     assert "mode 'rwxr-xr-x' is neither octal" in failed["msg"]
-    assert f"its directory {tmp_path / 'no-dir'} does not exist" in failed["msg"]
+    assert f"its directory {base / 'no-dir'} does not exist" in failed["msg"]
     assert failed["msg"].endswith("nothing was written")
-    assert bad_mode.read_text() == "untouched\n"
+    assert (base / "bad").read_text() == "untouched\n"
+
+
+def test_absent_removes_files_and_symlinks_and_refuses_a_directory(
+    ran: tuple[dict[str, Any], Path],
+) -> None:
+    r, base = ran
+    gone = base / "gone"
+    assert r["r4"]["removed"] == [str(gone / "old.map"), str(gone / "link")]  # check mode
+    assert r["r5"]["changed"] is True
+    assert r["r5"]["removed"] == r["r5"]["changed_paths"] == r["r4"]["removed"]
+    assert r["r5"]["diff"][0] == {
+        "before": {"path": str(gone / "old.map"), "state": "file"},
+        "after": {"path": str(gone / "old.map"), "state": "absent"},
+    }
+    assert not (gone / "old.map").exists()
+    assert not (gone / "link").is_symlink()
+    assert r["r6"]["changed"] is False
+    assert r["r7"]["failed"] is True
+    assert f"{gone / 'kept-dir'} is a directory: only files are removed" in r["r7"]["msg"]
+    assert (gone / "kept-dir").is_dir()
