@@ -22,7 +22,8 @@ description:
   - I(absent) names files to remove where they exist, in the same run.
   - Every file is checked before anything changes. A destination that is not absolute, that
     exists and is not a regular file (a directory, a symlink, a device), or whose directory is
-    missing, fails the task naming it, and nothing is written. So does an unknown I(owner) or
+    missing (out of check mode; in it, that directory is taken as one an earlier task would
+    have created), fails the task naming it, and nothing is written. So does an unknown I(owner) or
     I(group), or a I(mode) that is neither octal nor symbolic.
   - For files that are not secret, as C(template) writes them (a diff and the task's arguments
     show the content); a secret belongs in a C(copy) task of its own with C(no_log).
@@ -128,23 +129,25 @@ DIFF_MAX_BYTES = 128 * 1024
 
 
 def read_current(path: str) -> bytes | None:
-    """The file's bytes, or None when it does not exist."""
+    """The file's bytes, or None when it (or its directory, in check mode) does not exist."""
     try:
         with open(path, "rb") as current:
             return current.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
 
 
-def path_errors(path: str) -> list[str]:
-    """Why a file cannot be written at ``path`` (empty when it can). Reads only."""
+def path_errors(path: str, check_mode: bool = False) -> list[str]:
+    """Why a file cannot be written at ``path`` (empty when it can). Reads only. In check mode a
+    missing directory is no error: a task before this one would have created it (as copy and
+    template take it)."""
     if not os.path.isabs(path):
         return [f"dest must be absolute, got {path!r}"]
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         parent = os.path.dirname(path)
-        if not os.path.isdir(parent):
+        if not os.path.isdir(parent) and not check_mode:
             return [f"{path} cannot be written: its directory {parent} does not exist"]
         return []
     if not stat.S_ISREG(mode):
@@ -201,7 +204,7 @@ def file_arguments(module: AnsibleModule, path: str, mode: object) -> dict[str, 
     return arguments
 
 
-def plan(files: list[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+def plan(files: list[Mapping[str, Any]], check_mode: bool = False) -> tuple[list[str], list[str]]:
     """The destinations in order (each once) and every error. Reads only."""
     errors: list[str] = []
     seen: list[str] = []
@@ -211,7 +214,7 @@ def plan(files: list[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
             errors.append(f"{path} is given twice")
             continue
         seen.append(path)
-        errors += path_errors(path)
+        errors += path_errors(path, check_mode)
     return seen, errors
 
 
@@ -251,7 +254,7 @@ def remove(module: AnsibleModule, paths: list[str]) -> tuple[list[str], list[dic
 def run(module: AnsibleModule) -> dict[str, Any]:
     params = module.params
     files: list[Mapping[str, Any]] = params["files"]
-    paths, errors = plan(files)
+    paths, errors = plan(files, module.check_mode)
     errors += absent_errors(params["absent"], paths)
     for entry in files:
         mode = entry.get("mode")

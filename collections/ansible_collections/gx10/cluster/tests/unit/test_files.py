@@ -87,6 +87,8 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]
     checked = files(
         {"dest": str(check_dir / "old"), "content": "after\n"},
         {"dest": str(check_dir / "fresh"), "content": "x\n"},
+        # A directory an earlier task would create: check mode reports the file, no error.
+        {"dest": str(check_dir / "later" / "unit.conf"), "content": "y\n"},
     )
     (tmp_path / "bad").write_text("untouched\n")
     refused = files(
@@ -147,9 +149,14 @@ def test_check_mode_reports_the_change_and_writes_nothing(
     r, base = ran
     check = r["r2"]
     assert check["changed"] is True
-    assert check["written"] == [str(base / "check" / "old"), str(base / "check" / "fresh")]
+    assert check["written"] == [
+        str(base / "check" / "old"),
+        str(base / "check" / "fresh"),
+        str(base / "check" / "later" / "unit.conf"),
+    ]
     assert (base / "check" / "old").read_text() == "before\n"
     assert not (base / "check" / "fresh").exists()
+    assert not (base / "check" / "later").exists()
     assert check["diff"][0]["before"] == "before\n"
     assert check["diff"][0]["after"] == "after\n"
 
