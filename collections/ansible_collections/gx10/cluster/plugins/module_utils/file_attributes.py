@@ -44,3 +44,14 @@ def attribute_errors(params: Mapping[str, Any], symbolic_to_octal: SymbolicToOct
         if not 0 <= bits <= 0o7777:  # permission bits only, as the module's own helper takes
             errors.append(f"mode {mode!r} is neither octal (such as '0755') nor symbolic")
     return errors
+
+
+def file_arguments(module: Any, path: str, mode: object) -> dict[str, Any]:
+    """An AnsibleModule's own file arguments for one path: the module's ``owner`` and ``group``,
+    this ``mode`` (a symlink's target, as ``file`` follows), for set_fs_attributes_if_different."""
+    params = module.params
+    arguments: dict[str, Any] = module.load_file_common_arguments(
+        {"path": path, "owner": params["owner"], "group": params["group"], "mode": mode,
+         "follow": True}
+    )  # fmt: skip
+    return arguments

@@ -151,21 +151,6 @@ def attribute_errors(params: dict[str, Any]) -> list[str]:
     return file_attributes.attribute_errors(params, AnsibleModule._symbolic_mode_to_octal)
 
 
-def file_arguments(module: AnsibleModule, path: str) -> dict[str, Any]:
-    """The module's own file arguments for one directory (a symlink's target, as file follows)."""
-    params = module.params
-    arguments: dict[str, Any] = module.load_file_common_arguments(
-        {
-            "path": path,
-            "owner": params["owner"],
-            "group": params["group"],
-            "mode": params["mode"],
-            "follow": True,
-        }
-    )
-    return arguments
-
-
 def created_diff(path: str) -> dict[str, Any]:
     return {
         "before": {"path": path, "state": "absent"},
@@ -202,7 +187,10 @@ def run(module: AnsibleModule) -> dict[str, Any]:
                         changed_paths=created,
                     )
             module.set_fs_attributes_if_different(
-                file_arguments(module, directory), True, None, expand=False
+                file_attributes.file_arguments(module, directory, module.params["mode"]),
+                True,
+                None,
+                expand=False,
             )
         created.append(directory)
         diffs.append(created_diff(directory))
@@ -213,7 +201,10 @@ def run(module: AnsibleModule) -> dict[str, Any]:
             continue
         diff: dict[str, Any] = {"before": {"path": path}, "after": {"path": path}}
         if module.set_fs_attributes_if_different(
-            file_arguments(module, path), False, diff, expand=False
+            file_attributes.file_arguments(module, path, module.params["mode"]),
+            False,
+            diff,
+            expand=False,
         ):
             fixed.append(path)
             diffs.append(diff)

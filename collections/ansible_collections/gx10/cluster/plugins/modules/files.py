@@ -123,7 +123,10 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gx10.cluster.plugins.module_utils.file_attributes import attribute_errors
+from ansible_collections.gx10.cluster.plugins.module_utils.file_attributes import (
+    attribute_errors,
+    file_arguments,
+)
 
 DIFF_MAX_BYTES = 128 * 1024
 
@@ -194,14 +197,6 @@ def write_atomic(module: AnsibleModule, path: str, data: bytes) -> None:
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
-
-
-def file_arguments(module: AnsibleModule, path: str, mode: object) -> dict[str, Any]:
-    params = module.params
-    arguments: dict[str, Any] = module.load_file_common_arguments(
-        {"path": path, "owner": params["owner"], "group": params["group"], "mode": mode}
-    )
-    return arguments
 
 
 def plan(files: list[Mapping[str, Any]], check_mode: bool = False) -> tuple[list[str], list[str]]:
