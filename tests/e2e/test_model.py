@@ -47,9 +47,6 @@ def _model(**extravars: object) -> ProvisionResult:
     return provision(LAB_INVENTORY, "site.yml", tags=["model"], extravars=extravars or None)
 
 
-_results = task_results
-
-
 def _served(run: ProvisionResult) -> dict[str, dict[str, Any]]:
     """node -> its peer server's `model_sync_served` in this run (the task runs delegated to the
     node from a worker, so the fact names the node)."""
@@ -110,16 +107,16 @@ def test_a_flipped_byte_is_named_and_only_that_file_refetched(synced: ProvisionR
     assert _sha256("gx10-b", SHARD) != SHARD_SHA256
     run = _model()
     assert run.ok, run.failed_tasks
-    worker = _results(run, FETCH_TASK)["gx10-b"]
+    worker = task_results(run, FETCH_TASK)["gx10-b"]
     assert [f["path"] for f in worker["found"]] == [SHARD]
     assert worker["found"][0]["status"] == "hash_mismatch"
     assert worker["fetched"] == [SHARD]
     # The flipped copy was read once to find it (its stamp changed: the worker's check-mode probe
     # read it and cached the wrong digest); the new one was hashed as it came, not read again.
-    probe = _results(run, NEED_TASK)["gx10-b"]
+    probe = task_results(run, NEED_TASK)["gx10-b"]
     assert probe["bytes_read_back"] + worker["bytes_read_back"] == SHARD_SIZE
     assert worker["bytes_received"] == worker["bytes_hashed_receiving"] == SHARD_SIZE
-    assert _results(run, FETCH_TASK)["gx10-a"]["bytes_from_source"] == 0
+    assert task_results(run, FETCH_TASK)["gx10-a"]["bytes_from_source"] == 0
     after = _inodes("gx10-b")
     assert after[SHARD] != before[SHARD]
     assert {p: i for p, i in after.items() if p != SHARD} == {
@@ -132,7 +129,7 @@ def test_a_truncated_shard_is_refetched(synced: ProvisionResult) -> None:
     node_sh("gx10-b", f"truncate -s 100000 {MODEL_DIR}/{SHARD}")
     run = _model()
     assert run.ok, run.failed_tasks
-    worker = _results(run, FETCH_TASK)["gx10-b"]
+    worker = task_results(run, FETCH_TASK)["gx10-b"]
     assert worker["found"][0]["path"] == SHARD
     assert worker["found"][0]["status"] == "size_mismatch"
     assert worker["fetched"] == [SHARD]
@@ -148,7 +145,7 @@ def test_a_partial_left_by_a_kill_resumes_with_a_range(synced: ProvisionResult) 
     )
     run = _model()
     assert run.ok, run.failed_tasks
-    worker = _results(run, FETCH_TASK)["gx10-b"]
+    worker = task_results(run, FETCH_TASK)["gx10-b"]
     assert worker["fetched"] == [SHARD]
     assert worker["bytes_from_source"] == size - 600000  # resumed, not restarted
     assert worker["bytes_read_back"] == 600000  # the prefix, read once to carry the hash on
@@ -212,7 +209,7 @@ def test_a_sync_really_killed_mid_file_resumes(synced: ProvisionResult) -> None:
     assert peer.strip() in ("inactive", "unknown")  # stopped although the worker failed
     again = _model()
     assert again.ok, again.failed_tasks
-    worker = _results(again, FETCH_TASK)["gx10-b"]
+    worker = task_results(again, FETCH_TASK)["gx10-b"]
     assert worker["bytes_from_source"] == TOTAL - installed - kept
     print(
         f"\nkilled mid-file: {partial} kept {kept} bytes, {installed} bytes "
@@ -226,7 +223,7 @@ def test_a_node_that_lost_its_copy_resyncs_from_the_head_over_the_rail(
     node_sh("gx10-b", f"rm -rf {MODEL_DIR}")
     run = _model()
     assert run.ok, run.failed_tasks
-    fetch = _results(run, FETCH_TASK)
+    fetch = task_results(run, FETCH_TASK)
     assert fetch["gx10-a"]["bytes_from_source"] == 0  # the NAS is not read again
     assert fetch["gx10-b"]["bytes_from_source"] == TOTAL
     assert fetch["gx10-b"]["files_fetched"] == len(MANIFEST["files"])
@@ -245,7 +242,7 @@ def test_two_node_sync_reads_the_source_once(synced: ProvisionResult) -> None:
         node_sh(node, f"rm -rf {MODEL_DIR}")
     run = _model()
     assert run.ok, run.failed_tasks
-    fetch = _results(run, FETCH_TASK)
+    fetch = task_results(run, FETCH_TASK)
     from_source = fetch["gx10-a"]["bytes_from_source"]
     print(
         f"\nbytes read from the source for two nodes: {from_source} = {from_source / TOTAL:.2f} x"
@@ -281,8 +278,8 @@ def test_warm_reapply_is_a_fraction_of_a_full_verify(synced: ProvisionResult) ->
     warm_s = time.monotonic() - started
     assert warm.ok, warm.failed_tasks
     assert warm.changed_total == 0
-    full_fetch = _results(full, FETCH_TASK)["gx10-a"]
-    warm_fetch = _results(warm, FETCH_TASK)["gx10-a"]
+    full_fetch = task_results(full, FETCH_TASK)["gx10-a"]
+    warm_fetch = task_results(warm, FETCH_TASK)["gx10-a"]
     assert full_fetch["bytes_hashed"] == TOTAL
     assert full_fetch["bytes_read_back"] == TOTAL  # reverify reads every file, as before
     assert warm_fetch["bytes_hashed"] == 0
@@ -340,7 +337,7 @@ def test_a_directory_source_on_the_head(synced: ProvisionResult) -> None:
     try:
         run = _model(gx10_model_source={"type": "dir", "path": nas})
         assert run.ok, run.failed_tasks
-        fetch = _results(run, FETCH_TASK)
+        fetch = task_results(run, FETCH_TASK)
         assert fetch["gx10-a"]["bytes_from_source"] == TOTAL
         assert fetch["gx10-a"]["files_fetched"] == len(MANIFEST["files"])
         assert _sha256("gx10-a", SHARD) == SHARD_SHA256
@@ -370,7 +367,7 @@ def test_the_workers_copy_down_the_chain_and_the_head_sends_the_checkpoint_once(
     for node in chain[:-1]:
         assert served[node]["bytes_sent"] == TOTAL, (node, served[node])
     assert served[HEAD]["head"] is True
-    fetch = _results(run, FETCH_TASK)
+    fetch = task_results(run, FETCH_TASK)
     assert fetch[HEAD]["bytes_from_source"] == 0  # the head kept its copy: the source is not read
     for node in workers:
         assert fetch[node]["bytes_from_source"] == TOTAL

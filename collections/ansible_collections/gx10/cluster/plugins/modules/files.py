@@ -154,13 +154,8 @@ def path_errors(path: str, check_mode: bool = False) -> list[str]:
             return [f"{path} cannot be written: its directory {parent} does not exist"]
         return []
     if not stat.S_ISREG(mode):
-        what = (
-            "a directory"
-            if stat.S_ISDIR(mode)
-            else "a symlink"
-            if stat.S_ISLNK(mode)
-            else ("not a regular file")
-        )
+        kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symlink"))
+        what = next((name for test, name in kinds if test(mode)), "something else")
         return [f"{path} exists and is {what}, not a regular file"]
     return []
 
