@@ -68,6 +68,8 @@ PAIR_AGENT := roles/vllm_supervisor/files/gx10-pair
 # So has the memory guard's node tool (earlyoom runs it by path).
 MEMORY_GUARD_TOOL := roles/memory_guard/files/gx10-memory-guard
 GPU_METRICS := roles/metrics_exporter/files/gx10-gpu-metrics
+# The lab node's bytecode cache for modules run from a zip (test equipment, not a package module).
+ZIPIMPORT_CACHE := python/gx10/lab/image/node/gx10_lab_zipimport_cache.py
 
 lab: venv host-deps ## Bring the lab up, run site.yml against it, then a short benchmark and its report
 	gx10 lab up
@@ -139,6 +141,7 @@ lint: venv ## yamllint, ansible-lint (production), ruff, mypy, role READMEs agai
 	  mypy --strict --scripts-are-modules $(PAIR_AGENT)
 	mypy --strict --scripts-are-modules $(MEMORY_GUARD_TOOL)
 	mypy --strict --scripts-are-modules $(GPU_METRICS)
+	mypy --strict $(ZIPIMPORT_CACHE)
 	python -m gx10._dev.role_docs --check
 
 docs: venv ## Regenerate each role README's variable table from meta/argument_specs.yml

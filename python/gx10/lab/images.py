@@ -71,6 +71,12 @@ class ImageSpec:
         return f"gx10-lab-{self.name}:{self.image_key()}"
 
 
+# Debian's python3 reads .pth files here (site.getsitepackages()), whatever its minor version.
+NODE_SITE_PACKAGES = "/usr/lib/python3/dist-packages"
+ZIPIMPORT_CACHE = "gx10_lab_zipimport_cache.py"
+ZIPIMPORT_CACHE_PTH = "gx10-lab-zipimport-cache.pth"
+
+
 def node_spec() -> ImageSpec:
     """The GB10 stand-in: systemd, Docker engine, netplan, iperf3 and the simulators."""
     node = IMAGE_DIR / "node"
@@ -83,6 +89,9 @@ def node_spec() -> ImageSpec:
             "/usr/local/lib/gx10-sim/nvidia_smi.py": HERE / "simulators" / "nvidia_smi.py",
             "/usr/local/lib/gx10-sim/rdma_sysfs.py": HERE / "simulators" / "rdma_sysfs.py",
             "/etc/systemd/system/gx10-sim-rdma.service": node / "gx10-sim-rdma.service",
+            # Test equipment: a bytecode cache for the modules Ansible runs from a zip.
+            f"{NODE_SITE_PACKAGES}/gx10_lab_zipimport_cache.py": node / ZIPIMPORT_CACHE,
+            f"{NODE_SITE_PACKAGES}/gx10-lab-zipimport-cache.pth": node / ZIPIMPORT_CACHE_PTH,
         },
         setup=node / "setup.sh",
         changes=(
