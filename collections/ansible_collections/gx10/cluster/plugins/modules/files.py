@@ -26,7 +26,7 @@ description:
     have created), fails the task naming it, and nothing is written. So does an unknown I(owner) or
     I(group), or a I(mode) that is neither octal nor symbolic.
   - For files that are not secret, as C(template) writes them (a diff and the task's arguments
-    show the content); a secret belongs in a C(copy) task of its own with C(no_log).
+    show the content); a secret belongs in a task of its own with C(no_log).
 options:
   files:
     description: The files.
