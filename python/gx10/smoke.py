@@ -5,6 +5,10 @@ returns text, a streamed completion streams, and a request with a tool definitio
 parsed tool call. `max_tokens` and the thinking mode are always sent: a server default of
 unbounded thinking once ran one request for hours (FIELD_NOTES section 4). Thinking is off by
 default: the smoke test checks the plumbing, and reasoning could spend all of max_tokens.
+
+Once the model is listed, the three requests go at once (a coding agent's requests overlap too,
+and the server batches them): the test takes the time of its slowest request, not their sum.
+Each check reports its own time; the checks are reported in their fixed order.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -151,5 +156,8 @@ def run(
 
     checks = [_timed("models", models)]
     if checks[0].ok:
-        checks += [_timed("chat", chat), _timed("stream", stream), _timed("tool call", tool_call)]
+        requests = {"chat": chat, "stream": stream, "tool call": tool_call}
+        with ThreadPoolExecutor(max_workers=len(requests)) as pool:
+            running = [pool.submit(_timed, name, fn) for name, fn in requests.items()]
+            checks += [future.result() for future in running]
     return SmokeResult(base_url, model, tuple(checks))

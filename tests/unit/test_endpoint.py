@@ -144,6 +144,38 @@ def v1_only() -> Iterator[str]:
         thread.join(timeout=10)
 
 
+class AllAtOnce(V1Only):
+    """Answers no chat request until all three of the smoke test's have arrived (a bounded
+    wait: a request that waits in vain gets a 503, so checks sent one after another fail)."""
+
+    arrived: ClassVar[threading.Barrier] = threading.Barrier(3)
+
+    def do_POST(self) -> None:
+        try:
+            self.arrived.wait(timeout=5)
+        except threading.BrokenBarrierError:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self._json(503, {"detail": "the other requests never came"})
+            return
+        super().do_POST()
+
+
+def test_smoke_sends_its_three_requests_at_once() -> None:
+    AllAtOnce.arrived = threading.Barrier(3)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), AllAtOnce)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        result = smoke.run(f"http://127.0.0.1:{server.server_address[1]}", MODEL, timeout=10.0)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+    assert result.ok, result.checks
+    # Reported in the fixed order, each with its own time.
+    assert [check.name for check in result.checks] == ["models", "chat", "stream", "tool call"]
+
+
 @pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])
 def test_smoke_accepts_the_server_with_or_without_v1(v1_only: str, suffix: str) -> None:
     result = smoke.run(v1_only + suffix, MODEL, timeout=10.0)
