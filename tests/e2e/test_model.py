@@ -156,13 +156,16 @@ def test_a_partial_left_by_a_kill_resumes_with_a_range(synced: ProvisionResult) 
 
 def _kill_the_writer_mid_file(node: str, at_least: int = 100_000) -> str:
     """On `node`, SIGKILL the process writing a .partial under MODEL_DIR once it holds
-    `at_least` bytes (looked for and killed in one script on the node, so the writer cannot
-    finish the file in between). Returns "pid path size"."""
+    `at_least` bytes. The writer is stopped (SIGSTOP) first and killed only if the descriptor
+    still names that .partial: between the look and the kill it could otherwise finish the file
+    and give it its name, leaving no .partial (seen once in a full run). Returns "pid path
+    size"."""
     script = (
         "timeout 50 sh -c 'while :; do for pid in $(pidof python3); do "
         "for fd in /proc/$pid/fd/*; do t=$(readlink $fd 2>/dev/null) || continue; "
-        f"case $t in {MODEL_DIR}/*.partial) s=$(stat -c %s $t); "
-        f"if [ $s -ge {at_least} ]; then kill -9 $pid; echo $pid $t $s; exit 0; fi;; esac; "
+        f"case $t in {MODEL_DIR}/*.partial) [ $(stat -c %s $t) -ge {at_least} ] || continue; "
+        'kill -STOP $pid; if [ "$(readlink $fd 2>/dev/null)" = "$t" ]; then '
+        "kill -9 $pid; echo $pid $t $(stat -c %s $t); exit 0; fi; kill -CONT $pid;; esac; "
         "done; done; sleep 0.05; done'"
     )
     return node_sh(node, script).strip()
@@ -190,7 +193,7 @@ def test_a_sync_really_killed_mid_file_resumes(synced: ProvisionResult) -> None:
             run.wait(timeout=30)
         node_sh("gx10-a", f"tc qdisc del dev {RAIL0} root", check=False)
     assert killed_rc != 0
-    # The writer may have moved on to the next file between the look and the kill.
+    # The one the writer held when it was stopped and killed.
     partials = node_sh("gx10-b", f"find {MODEL_DIR} -name '*.partial' -printf '%P %s\\n'").split()
     assert len(partials) == 2, partials  # one file, cut mid-way
     partial, kept = partials[0], int(partials[1])
