@@ -108,6 +108,14 @@ def test_gpu_simulator_answers_like_a_gb10(lab_up: lab.LabStatus) -> None:
         assert out.strip() == "NVIDIA GB10, [N/A]"
 
 
+def test_node_python_caches_the_bytecode_of_zip_imports(lab_up: lab.LabStatus) -> None:
+    """The node image's hook (docs/LAB.md, "Module bytecode on the nodes") is what every
+    python3 on a node loads: zipimport compiles through it."""
+    probe = "python3 -c 'import zipimport; print(zipimport._compile_source.__module__)'"
+    for node in ("gx10-a", "gx10-b"):
+        assert node_sh(node, probe).strip() == "gx10_lab_zipimport_cache", node
+
+
 def test_status_reports_a_missing_cable(lab_up: lab.LabStatus) -> None:
     node_sh("gx10-b", "ip link del enp1s0f0np0")
     broken = lab.status()

@@ -90,8 +90,8 @@ def node_spec() -> ImageSpec:
             "/usr/local/lib/gx10-sim/rdma_sysfs.py": HERE / "simulators" / "rdma_sysfs.py",
             "/etc/systemd/system/gx10-sim-rdma.service": node / "gx10-sim-rdma.service",
             # Test equipment: a bytecode cache for the modules Ansible runs from a zip.
-            f"{NODE_SITE_PACKAGES}/gx10_lab_zipimport_cache.py": node / ZIPIMPORT_CACHE,
-            f"{NODE_SITE_PACKAGES}/gx10-lab-zipimport-cache.pth": node / ZIPIMPORT_CACHE_PTH,
+            f"{NODE_SITE_PACKAGES}/{ZIPIMPORT_CACHE}": node / ZIPIMPORT_CACHE,
+            f"{NODE_SITE_PACKAGES}/{ZIPIMPORT_CACHE_PTH}": node / ZIPIMPORT_CACHE_PTH,
         },
         setup=node / "setup.sh",
         changes=(
