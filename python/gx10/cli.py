@@ -572,6 +572,14 @@ def _add_smoke(
     p.add_argument("--api-key-file", type=Path, help="file holding the API key")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
     p.add_argument(
+        "--tool-choice",
+        choices=("auto", "required"),
+        default="auto",
+        help="the tool-call check's tool_choice: auto (the model chooses the call, the server's "
+        "parser finds it; the default) or required (the server constrains the output to a "
+        "call: for a model that never chooses one, such as the lab engine's random weights)",
+    )
+    p.add_argument(
         "--battery",
         action="store_true",
         help="run the tool-call battery: parallel and streamed calls, nested and long "
@@ -616,7 +624,9 @@ def _run_smoke(args: argparse.Namespace) -> int:
     endpoint, model, key = _smoke_target(args)
     if args.battery:
         return _run_battery(args, endpoint, model, key)
-    result = smoke.run(endpoint, model, api_key=key, timeout=args.timeout)
+    result = smoke.run(
+        endpoint, model, api_key=key, timeout=args.timeout, tool_choice=args.tool_choice
+    )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

@@ -6,6 +6,12 @@ parsed tool call. `max_tokens` and the thinking mode are always sent: a server d
 unbounded thinking once ran one request for hours (FIELD_NOTES section 4). Thinking is off by
 default: the smoke test checks the plumbing, and reasoning could spend all of max_tokens.
 
+The tool call is asked with ``tool_choice="auto"``: the model chooses the call and the server's
+tool-call parser finds it, as in a coding agent's session. ``tool_choice="required"`` makes the
+server constrain the output to a call instead (structured outputs), for a model that never
+chooses one: the lab's real engine serves a tiny model with random weights
+(inventories/lab-vllm: ``gx10_smoke_tool_choice: required``).
+
 Once the model is listed, the three requests go at once (a coding agent's requests overlap too,
 and the server batches them): the test takes the time of its slowest request, not their sum.
 Each check reports its own time; the checks are reported in their fixed order.
@@ -18,7 +24,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import openai
 from openai.types.chat import ChatCompletionFunctionToolParam
@@ -82,6 +88,7 @@ def run(
     timeout: float = 120.0,
     max_tokens: int = 128,
     thinking: bool | str = False,
+    tool_choice: Literal["auto", "required"] = "auto",
 ) -> SmokeResult:
     """Run the checks against `base_url`: http(s)://HOST:PORT, with or without /v1 (EndpointError
     when it is neither)."""
@@ -138,7 +145,7 @@ def run(
                 {"role": "user", "content": "Write fizzbuzz.py with a FizzBuzz program in it."}
             ],
             tools=[FILE_TOOL],
-            tool_choice="auto",
+            tool_choice=tool_choice,
             max_tokens=max_tokens * 4,
             extra_body=extra,
         )

@@ -41,8 +41,9 @@ SHARED_CONVERGE = (
     "test_network.py",
     "test_supervise.py",
 )
-# After them, in this order: the four-node reshape, then the lab's own down and up.
-LAST = ("test_switch.py", "test_lab.py")
+# After them, in this order: the real engine (its own converge of the same two nodes, opt-in:
+# `make e2e-engine`), the four-node reshape, then the lab's own down and up.
+LAST = ("test_engine.py", "test_switch.py", "test_lab.py")
 ORDER = SHARED_CONVERGE + LAST
 
 
@@ -96,6 +97,26 @@ def four_node_converge(four_node_lab: lab.LabStatus) -> ProvisionResult:
     started = time.monotonic()
     result = provision(LAB_INVENTORY.parent / "lab4", "site.yml")
     print(f"site.yml on four nodes: {time.monotonic() - started:.1f} s")
+    return result
+
+
+@pytest.fixture(scope="session")
+def engine_lab() -> lab.LabStatus:
+    """The two-node lab serving vLLM itself (`gx10 lab up --engine vllm-cpu`, test_engine.py):
+    the same nodes, the engine image published, its tiny model on the NAS. Not put back: the
+    four-node reshape and test_lab.py's fresh lab come after it."""
+    started = time.monotonic()
+    status = lab.up(lab.LabConfig.sized(2, "vllm-cpu"), log=lambda line: print(f"lab: {line}"))
+    print(f"lab up --engine vllm-cpu: {time.monotonic() - started:.1f} s")
+    return status
+
+
+@pytest.fixture(scope="session")
+def engine_converge(engine_lab: lab.LabStatus) -> ProvisionResult:
+    """site.yml on inventories/lab-vllm, once."""
+    started = time.monotonic()
+    result = provision(LAB_INVENTORY.parent / "lab-vllm", "site.yml")
+    print(f"site.yml with the real engine: {time.monotonic() - started:.1f} s")
     return result
 
 

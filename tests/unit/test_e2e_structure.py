@@ -74,6 +74,9 @@ ALLOWED_SITE_RUNS: dict[tuple[str, str], str] = {
     ("test_switch.py", "test_reapply_changes_nothing"): (
         "the four-node re-apply's changed=0, no rank restarted, is the test"
     ),
+    ("test_engine.py", "test_a_re_apply_changes_nothing"): (
+        "the real engine's re-apply: changed=0, no rank restarted, is the test"
+    ),
 }
 
 
@@ -344,8 +347,9 @@ def test_reapply():
 
 
 def test_every_e2e_file_has_its_place_in_the_run() -> None:
-    """conftest orders the files (the shared converge's files, then the reshape, then the lab's
-    own down and up); a file it does not name would run wherever collection put it."""
+    """conftest orders the files (the shared converge's files, then the real engine's own
+    converge of the two nodes, the reshape, then the lab's own down and up); a file it does not
+    name would run wherever collection put it."""
     tree = ast.parse((REPO / "tests" / "e2e" / "conftest.py").read_text())
     tuples = {
         target.id: ast.literal_eval(node.value)
@@ -358,4 +362,4 @@ def test_every_e2e_file_has_its_place_in_the_run() -> None:
     files = sorted(path.name for path in (REPO / "tests" / "e2e").glob("test_*.py"))
     assert sorted(order) == files
     assert len(set(order)) == len(order)
-    assert tuples["LAST"] == ("test_switch.py", "test_lab.py")
+    assert tuples["LAST"] == ("test_engine.py", "test_switch.py", "test_lab.py")

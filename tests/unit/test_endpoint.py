@@ -3,6 +3,7 @@ against a loopback server that answers only under /v1 (issue 16 item 4)."""
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 from collections.abc import Iterator
@@ -174,6 +175,54 @@ def test_smoke_sends_its_three_requests_at_once() -> None:
     assert result.ok, result.checks
     # Reported in the fixed order, each with its own time.
     assert [check.name for check in result.checks] == ["models", "chat", "stream", "tool call"]
+
+
+class RecordsToolChoice(V1Only):
+    """Records the tool_choice of each request that declares tools."""
+
+    choices: ClassVar[list[object]] = []
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length)
+        body = json.loads(raw or b"{}")
+        if body.get("tools"):
+            self.choices.append(body.get("tool_choice"))
+        self.rfile = io.BytesIO(raw)
+        super().do_POST()
+
+
+@pytest.mark.parametrize("choice", ["auto", "required"])
+def test_smoke_asks_for_the_tool_call_with_the_tool_choice_given(choice: str) -> None:
+    """auto by default (the model chooses, the parser finds the call); required for a model that
+    never chooses one, which the server then constrains to a call (the lab's real engine)."""
+    RecordsToolChoice.choices = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), RecordsToolChoice)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        if choice == "auto":
+            result = smoke.run(url, MODEL, timeout=10.0)
+        else:
+            result = smoke.run(url, MODEL, timeout=10.0, tool_choice="required")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+    assert result.ok, result.checks
+    assert RecordsToolChoice.choices == [choice]
+
+
+def test_the_smoke_command_passes_its_tool_choice(
+    v1_only: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["smoke", "--endpoint", v1_only, "--model", MODEL, "--tool-choice", "required"]
+    assert main(argv) == 0
+    with pytest.raises(SystemExit) as refused:
+        main([*argv[:-1], "sometimes"])
+    assert refused.value.code != 0
+    assert "invalid choice: 'sometimes'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])

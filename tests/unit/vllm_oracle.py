@@ -31,8 +31,9 @@ class Option:
 
     @property
     def name(self) -> str:
-        """The long spelling (``--tensor-parallel-size``, not ``-tp`` nor ``--no-...``)."""
-        return max((s for s in self.spellings if not s.startswith("--no-")), key=len)
+        """The first long spelling, as vLLM declares it (``--tensor-parallel-size``, not ``-tp``,
+        ``--no-...`` or a later alias such as ``--device-memory-utilization``)."""
+        return next(s for s in self.spellings if s.startswith("--") and not s.startswith("--no-"))
 
     @property
     def choices(self) -> set[str] | None:

@@ -50,6 +50,16 @@ def block() -> str:
             f"({_cell(profile.vllm_version_source)}); the memory numbers are for the catalog "
             f"checkpoint `{profile.checkpoint}`.",
             "",
+        ]
+        if profile.base:
+            lines += [
+                f"Derived from `{profile.base}`: every value is that profile's but these "
+                "deltas, each with the reason the base's value cannot run here:",
+                "",
+                *(f"- `{key}`: {_cell(reason)}" for key, reason in profile.deltas.items()),
+                "",
+            ]
+        lines += [
             "| variable | renders | value | source |",
             "|---|---|---|---|",
         ]

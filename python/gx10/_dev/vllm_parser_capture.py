@@ -31,10 +31,8 @@ import importlib
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
-import zipfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
@@ -46,9 +44,6 @@ CACHE_DIR = ROOT / ".cache" / "vllm-parser"
 # Probe strings handed to every option's type: what each becomes (or that it is refused)
 # tells the option's kind in any vLLM version.
 PROBES = ("7", "1.5", "32k", "1M", "{}", '{"a": 1}', "abc", "-1")
-# torch, and the packages built against one torch version: installed by torch's own pin, or
-# not at all (vLLM's CPU wheel pins torch `+cpu` builds PyPI does not have).
-TORCH_FAMILY = frozenset({"torch", "torchaudio", "torchvision", "torchcodec"})
 
 
 # --- capture: runs on the vLLM environment's own Python ------------------------------------
@@ -218,37 +213,6 @@ def capture(distribution: str) -> dict[str, Any]:
 
 # --- build: make the environment, run capture in it (the project's Python) -----------------
 
-_REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
-
-
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def requirements(wheel: Path) -> tuple[list[str], str]:
-    """The wheel's unconditional requirements without the torch family, and its torch pin
-    with any local version label (``+cpu``) dropped."""
-    with zipfile.ZipFile(wheel) as archive:
-        meta = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-        lines = archive.read(meta).decode().splitlines()
-    reqs, torch = [], ""
-    for line in lines:
-        if not line.startswith("Requires-Dist: "):
-            continue
-        req = line.removeprefix("Requires-Dist: ").strip()
-        if "extra ==" in req:
-            continue
-        found = _REQ_NAME.match(req)
-        name = _canonical(found.group(1)) if found else ""
-        if name == "torch":
-            pin = re.search(r"==\s*([0-9][^;,\s+]*)", req)
-            torch = pin.group(1) if pin else ""
-        if name not in TORCH_FAMILY:
-            reqs.append(req)
-    if not torch:
-        raise SystemExit(f"{wheel.name} pins no torch version (==); pass --torch")
-    return reqs, torch
-
 
 def _run(cmd: list[str], **kwargs: Any) -> None:
     print("+", " ".join(cmd), flush=True)
@@ -256,6 +220,10 @@ def _run(cmd: list[str], **kwargs: Any) -> None:
 
 
 def build(package: str, out: Path, torch: str | None) -> Path:
+    # The project's own code: the build half runs in the project's environment (the capture
+    # half, above, in vLLM's, where gx10 is not installed).
+    from gx10.lab.engine import canonical, wheel_requirements  # noqa: PLC0415
+
     name, _, version = package.partition("==")
     if not version:
         raise SystemExit(f"{package!r}: pin the version, e.g. vllm==0.25.1")
@@ -264,9 +232,11 @@ def build(package: str, out: Path, torch: str | None) -> Path:
     wheels = CACHE_DIR / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     _run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), package])
-    prefix = _canonical(name).replace("-", "_") + f"-{version}-"
+    prefix = canonical(name).replace("-", "_") + f"-{version}-"
     wheel = next(p for p in wheels.iterdir() if p.name.lower().startswith(prefix))
-    reqs, pinned = requirements(wheel)
+    reqs, pinned = wheel_requirements(wheel)
+    if not (torch or pinned):
+        raise SystemExit(f"{wheel.name} pins no torch version (==); pass --torch")
     if not python.exists():
         _run([sys.executable, "-m", "venv", str(venv)])
         pip = [str(python), "-m", "pip", "install", "-q"]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from gx10 import lab as api
 from gx10.cli import EXIT_NOT_RUNNING, EXIT_OK, Parser, print_json, stdout_for
-from gx10.lab.config import LAB_SIZES, LabConfig
+from gx10.lab.config import DEFAULT_ENGINE, ENGINES, LAB_SIZES, LabConfig
 from gx10.lab.manager import SERVE_CONTAINER, LabStatus, PowerResult
 
 
@@ -45,6 +45,16 @@ def add_parser(
                     "how many nodes: 2 on direct rail cables (inventories/lab, the default) or "
                     "4 on a switch, a bridge per rail (inventories/lab4); another count reshapes "
                     "a running lab"
+                ),
+            )
+            action.add_argument(
+                "--engine",
+                choices=ENGINES,
+                default=DEFAULT_ENGINE,
+                help=(
+                    "what serves: sim, the vLLM simulator (the default: fast, with fault knobs), "
+                    "or vllm-cpu, vLLM's own CPU build with a tiny model (two nodes; "
+                    "inventories/lab-vllm; the first build fetches about 3 GB)"
                 ),
             )
     # Test equipment for hardware-swap scenarios: the inventory is then re-applied to converge.
@@ -184,7 +194,7 @@ _seconds = _bounded(0.0, 86400.0, "seconds", "e.g. 10")
 
 def _run_lab_up(args: argparse.Namespace) -> int:
     with stdout_for(args):
-        status = api.up(LabConfig.sized(args.nodes))
+        status = api.up(LabConfig.sized(args.nodes, args.engine))
     _print_lab_status(args, status)
     return EXIT_OK
 

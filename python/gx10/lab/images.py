@@ -44,6 +44,12 @@ class ImageSpec:
     files: Mapping[str, Path] = field(default_factory=dict)
     setup: Path | None = None
     changes: tuple[str, ...] = ()
+    # Host directories the setup script reads while the image is built, as {path in the builder:
+    # host path}, read-only; not part of the recipe (their content is pinned by a file that is:
+    # the engine's wheels by its requirements.lock).
+    build_mounts: Mapping[str, Path] = field(default_factory=dict)
+    # Seconds the setup script and the commit may take (the real engine installs 6 GB).
+    build_timeout: int = 300
 
     def packages(self) -> list[str]:
         lines = self.packages_file.read_text().splitlines()
@@ -252,17 +258,18 @@ def _build_image(spec: ImageSpec, log: Log) -> None:
     builder = f"gx10-lab-build-{spec.name}-{os.getpid()}"
     _docker.docker("rm", "-f", builder, check=False)
     setup_cmd = "/gx10-setup.sh && rm /gx10-setup.sh" if spec.setup else "true"
+    mounts = [f"--volume={host}:{inside}:ro" for inside, host in sorted(spec.build_mounts.items())]
     _docker.docker(
-        "create", "--name", builder,
+        "create", "--name", builder, *mounts,
         spec.base_tag, "/bin/sh", "-c", setup_cmd,
     )  # fmt: skip
     try:
         _docker.docker("cp", "-", f"{builder}:/", input_bytes=_files_tar(spec))
-        _docker.docker("start", "-a", builder, timeout=300)
+        _docker.docker("start", "-a", builder, timeout=spec.build_timeout)
         commit = ["commit"]
         for change in spec.changes:
             commit += ["--change", change]
-        _docker.docker(*commit, builder, spec.tag, timeout=300)
+        _docker.docker(*commit, builder, spec.tag, timeout=spec.build_timeout)
     finally:
         _docker.docker("rm", "-f", builder, check=False)
 
@@ -295,6 +302,11 @@ def _files_tar(spec: ImageSpec) -> bytes:
             info.mode = 0o755 if data.startswith(b"#!") else 0o644
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+def exists(spec: ImageSpec) -> bool:
+    """True when the image of this recipe is built."""
+    return _docker.exists("image", spec.tag)
 
 
 def ensure(spec: ImageSpec, log: Log, *, rebuild: bool = False) -> str:

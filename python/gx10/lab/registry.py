@@ -6,12 +6,13 @@ simulator under the same repository path; the lab inventory points the image rol
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping
 
 import httpx
 
-from gx10.lab import _docker, images
+from gx10.lab import _docker, engine, images
 from gx10.lab.config import LabConfig
 from gx10.lab.errors import LabError
 
@@ -77,15 +78,31 @@ def _wait_ready(cfg: LabConfig, timeout: float = 30.0) -> None:
             time.sleep(0.5)
 
 
+def _ensure_stand_in(spec: Callable[[], images.ImageSpec], log: Log) -> str:
+    return images.ensure(spec(), log)
+
+
+def published(cfg: LabConfig) -> dict[str, Callable[[Log], str]]:
+    """What the lab registry serves for this lab: repository:tag -> a builder of its image (it
+    returns the local tag). The simulator always; the real engine when the lab runs it."""
+    wanted: dict[str, Callable[[Log], str]] = {
+        ref: functools.partial(_ensure_stand_in, spec) for ref, spec in STAND_INS.items()
+    }
+    if cfg.engine == "vllm-cpu":
+        wanted[f"{engine.ENGINE_REPOSITORY}:{engine.engine_version()}"] = engine.ensure_image
+    return wanted
+
+
 def publish(cfg: LabConfig, log: Log) -> dict[str, str]:
-    """Build and push every stand-in image whose current build the registry lacks.
+    """Build and push every image the lab serves (published()) whose current build the
+    registry lacks.
 
     Returns repository:tag -> digest as the registry serves it.
     """
     _wait_ready(cfg)
     digests: dict[str, str] = {}
-    for ref, spec in STAND_INS.items():
-        tag = images.ensure(spec(), log)
+    for ref, build in published(cfg).items():
+        tag = build(log)
         host_ref = f"{cfg.registry_host_address}/{ref}"
         current = _docker.docker("image", "inspect", "--format", "{{.Id}}", tag)
         tagged = _docker.docker("image", "inspect", "--format", "{{.Id}}", host_ref, check=False)
@@ -93,7 +110,7 @@ def publish(cfg: LabConfig, log: Log) -> dict[str, str]:
         if tagged != current or served is None or served != _local_digest(host_ref):
             log(f"publishing {tag} to the lab registry as {ref}")
             _docker.docker("tag", tag, host_ref)
-            _docker.docker("push", host_ref, timeout=600)
+            _docker.docker("push", host_ref, timeout=1800)  # the real engine: 6 GB
             served = registry_digest(cfg, ref)
         if served is None:
             raise LabError(f"lab registry does not serve {ref} after a push")

@@ -123,6 +123,10 @@ GATEWAY_VARS = (
 # keeps the two lists equal; the collection imports nothing from gx10).
 SMOKE_BATTERY_VAR = "gx10_smoke_battery"
 SMOKE_BATTERY_CASES_VAR = "gx10_smoke_battery_cases"
+# The smoke check's tool_choice (`gx10 smoke --tool-choice`): auto, or required for a model that
+# never chooses a call by itself (the lab engine's random weights).
+SMOKE_TOOL_CHOICE_VAR = "gx10_smoke_tool_choice"
+SMOKE_TOOL_CHOICES = ("auto", "required")
 SMOKE_BATTERY_CASES = (
     "parallel",
     "nested",
@@ -151,6 +155,7 @@ NODE_VARS = (
     *GATEWAY_VARS,
     SMOKE_BATTERY_VAR,
     SMOKE_BATTERY_CASES_VAR,
+    SMOKE_TOOL_CHOICE_VAR,
     # The serving profile, its overrides and the memory budget's inputs (module_utils/serve_plan).
     *serve_plan.NODE_VARS,
     *METRICS_VARS,
@@ -1008,6 +1013,13 @@ def _check_smoke_battery(head: str, host_vars: Mapping[str, Any], errors: list[s
             f"{SMOKE_BATTERY_VAR} on host {head} is {_show(enabled)} ({_type_name(enabled)}): it "
             f"must be true or false, e.g. {SMOKE_BATTERY_VAR}: true in group_vars/all.yml (on the "
             f"command line -e '{{\"{SMOKE_BATTERY_VAR}\": true}}': -e key=value gives a string)"
+        )
+    choice = _value(host_vars, SMOKE_TOOL_CHOICE_VAR)
+    if choice is not _MISSING and choice is not None and choice not in SMOKE_TOOL_CHOICES:
+        errors.append(
+            f"{SMOKE_TOOL_CHOICE_VAR} on host {head} is {_show(choice)}: it must be one of "
+            f"{', '.join(SMOKE_TOOL_CHOICES)} (auto, the default: the model chooses the call; "
+            "required: the server makes one, for a model that never chooses one)"
         )
     cases = _value(host_vars, SMOKE_BATTERY_CASES_VAR)
     if cases is _MISSING:

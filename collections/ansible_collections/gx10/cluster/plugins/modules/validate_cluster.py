@@ -26,7 +26,8 @@ description:
     given together as absolute paths of files on the controller that hold a PEM certificate and
     its unencrypted private key, valid now. C(gx10_serve_port) is checked in any case.
   - Checks the head's smoke-stage battery switches too, C(gx10_smoke_battery) (a bool) and
-    C(gx10_smoke_battery_cases) (a list of the battery's case names).
+    C(gx10_smoke_battery_cases) (a list of the battery's case names), and the tool-call check's
+    C(gx10_smoke_tool_choice) (C(auto) or C(required)).
   - Checks the serving settings (module_utils/serve_plan.py) - C(vllm_serve_profile) and every
     C(vllm_serve_<setting>) override resolve the same on every node; the flags they render, with
     C(vllm_serve_extra_args), pass the parser model of the profile's vLLM

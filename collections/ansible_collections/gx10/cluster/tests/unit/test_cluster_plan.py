@@ -1130,6 +1130,18 @@ def test_the_smoke_battery_switch_must_be_a_bool() -> None:
     assert_mentions(one_error(gx10_smoke_battery=1), "is 1 (int)")
 
 
+def test_the_smoke_tool_choice_is_auto_or_required() -> None:
+    assert "gx10_smoke_tool_choice" in NODE_VARS
+    assert errors_of(gx10_smoke_tool_choice="auto") == []
+    assert errors_of(gx10_smoke_tool_choice="required") == []
+    assert errors_of(gx10_smoke_tool_choice=None) == []  # null: the default (auto)
+    error = one_error(gx10_smoke_tool_choice="none")
+    assert error.startswith(
+        "gx10_smoke_tool_choice on host gx10-a is 'none': it must be one of auto, required"
+    )
+    assert_mentions(error, "for a model that never chooses one")
+
+
 def test_the_smoke_battery_cases_must_be_known_names() -> None:
     error = one_error(gx10_smoke_battery_cases=["parallel", "streaming"])
     assert error.startswith(

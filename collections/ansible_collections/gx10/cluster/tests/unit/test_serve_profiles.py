@@ -14,6 +14,7 @@ from ansible_collections.gx10.cluster.plugins.module_utils import model_catalog,
 from ansible_collections.gx10.cluster.plugins.module_utils.serve_profiles import (
     BY_KEY,
     DEFAULT_PROFILE,
+    DSPARK_0731_LAB_CPU_V1,
     DSPARK_0731_V1,
     PROFILES,
     SETTING_KEYS,
@@ -21,6 +22,7 @@ from ansible_collections.gx10.cluster.plugins.module_utils.serve_profiles import
     Cited,
     Derived,
     ProfileError,
+    derive,
     lookup,
     profile_value,
     resolve,
@@ -73,11 +75,50 @@ def test_the_doctor_expects_the_profiles_draft_acceptance(profile: Any) -> None:
     """gx10 doctor judges the served draft against the model catalog's figure for the method
     and k (model_catalog.expected_spec_acceptance); the profile states its own: they agree."""
     spec = resolve(profile.name).values["speculative_config"]
+    if not spec:
+        assert profile.spec_acceptance is None  # no drafter, no acceptance to expect
+        return
     found = model_catalog.expected_spec_acceptance(spec["method"], spec["num_speculative_tokens"])
     assert found is not None
     entry, figure = found
     assert entry.name == profile.checkpoint
     assert (figure.low, figure.high) == profile.spec_acceptance
+
+
+def test_the_lab_engines_profile_is_the_0731_one_but_for_its_named_deltas() -> None:
+    """Issue 25: the real engine in the lab runs dspark-0731 as GB10 does, changing only what
+    vLLM's CPU build cannot take; each delta is named with its reason."""
+    lab, base = DSPARK_0731_LAB_CPU_V1, DSPARK_0731_V1
+    assert lab.base == base.label
+    assert set(lab.deltas) == {"speculative_config", "env VLLM_CPU_KVCACHE_SPACE"}
+    changed = {key for key in SETTING_KEYS if lab.values[key] != base.values[key]}
+    assert changed == {key for key in lab.deltas if not key.startswith("env ")}
+    assert {key: entry for key, entry in lab.env.items() if key in base.env} == dict(base.env)
+    assert set(lab.env) - set(base.env) == {"VLLM_CPU_KVCACHE_SPACE"}
+    values, base_values = resolve(lab.name).values, resolve(base.name).values
+    assert values["speculative_config"] == {}
+    # A derived value follows the deltas by its rule (no drafter: capture sizes of 1 token).
+    follows = {key for key, entry in base.values.items() if isinstance(entry, Derived)}
+    assert {k: v for k, v in values.items() if k not in {*lab.deltas, *follows}} == {
+        k: v for k, v in base_values.items() if k not in {*lab.deltas, *follows}
+    }
+    assert values["max_cudagraph_capture_size"] == 8  # 6 seqs x (0 + 1), to a multiple of 8
+    for reason in lab.deltas.values():
+        assert "docs/LAB.md" in reason, reason
+    assert vllm_cli.parser_for(lab.vllm_version) is vllm_cli.VLLM_CPU_0_32_0
+
+
+def test_a_derived_profile_names_only_real_settings() -> None:
+    with pytest.raises(ValueError, match="no_such_setting"):
+        derive(
+            DSPARK_0731_V1,
+            name="x",
+            summary="x",
+            image="x",
+            vllm_version="x",
+            vllm_version_source="x",
+            values={"no_such_setting": Cited(1, "a/b")},
+        )
 
 
 def test_the_role_readme_cites_every_choice_of_the_profile() -> None:
