@@ -81,23 +81,31 @@ def serving_lab(lab_up: lab.LabStatus) -> ProvisionResult:
     return result
 
 
+def _lab_up(cfg: lab.LabConfig, what: str) -> lab.LabStatus:
+    started = time.monotonic()
+    status = lab.up(cfg, log=lambda line: print(f"lab: {line}"))
+    print(f"lab up {what}: {time.monotonic() - started:.1f} s")
+    return status
+
+
+def _converge(inventory: str, what: str) -> ProvisionResult:
+    started = time.monotonic()
+    result = provision(LAB_INVENTORY.parent / inventory, "site.yml")
+    print(f"site.yml {what}: {time.monotonic() - started:.1f} s")
+    return result
+
+
 @pytest.fixture(scope="session")
 def four_node_lab() -> lab.LabStatus:
     """The lab reshaped to four nodes on the switch stand-in (test_switch.py). Not put back:
     only test_lab.py runs after it, and it brings a fresh two-node lab up itself."""
-    started = time.monotonic()
-    status = lab.up(lab.LabConfig.sized(4), log=lambda line: print(f"lab: {line}"))
-    print(f"lab up --nodes 4: {time.monotonic() - started:.1f} s")
-    return status
+    return _lab_up(lab.LabConfig.sized(4), "--nodes 4")
 
 
 @pytest.fixture(scope="session")
 def four_node_converge(four_node_lab: lab.LabStatus) -> ProvisionResult:
     """site.yml on the four nodes (inventories/lab4), once."""
-    started = time.monotonic()
-    result = provision(LAB_INVENTORY.parent / "lab4", "site.yml")
-    print(f"site.yml on four nodes: {time.monotonic() - started:.1f} s")
-    return result
+    return _converge("lab4", "on four nodes")
 
 
 @pytest.fixture(scope="session")
@@ -105,19 +113,13 @@ def engine_lab() -> lab.LabStatus:
     """The two-node lab serving vLLM itself (`gx10 lab up --engine vllm-cpu`, test_engine.py):
     the same nodes, the engine image published, its tiny model on the NAS. Not put back: the
     four-node reshape and test_lab.py's fresh lab come after it."""
-    started = time.monotonic()
-    status = lab.up(lab.LabConfig.sized(2, "vllm-cpu"), log=lambda line: print(f"lab: {line}"))
-    print(f"lab up --engine vllm-cpu: {time.monotonic() - started:.1f} s")
-    return status
+    return _lab_up(lab.LabConfig.sized(2, "vllm-cpu"), "--engine vllm-cpu")
 
 
 @pytest.fixture(scope="session")
 def engine_converge(engine_lab: lab.LabStatus) -> ProvisionResult:
     """site.yml on inventories/lab-vllm, once."""
-    started = time.monotonic()
-    result = provision(LAB_INVENTORY.parent / "lab-vllm", "site.yml")
-    print(f"site.yml with the real engine: {time.monotonic() - started:.1f} s")
-    return result
+    return _converge("lab-vllm", "with the real engine")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +113,63 @@ def state_diff(before: dict[str, list[str]], after: dict[str, list[str]]) -> lis
         lines += [f"{node}: - {fact}" for fact in sorted(was - now)]
         lines += [f"{node}: + {fact}" for fact in sorted(now - was)]
     return lines
+
+
+# --- the supervised pair (test_supervise.py, test_engine.py) ---------------------------------
+
+AGENT = "/usr/local/lib/gx10/pair/gx10-pair"
+
+
+def agent_status(node: str) -> dict[str, object]:
+    """The node's gx10-pair agent's `status --json` ({} when it does not answer)."""
+    out = node_sh(node, f"python3 {AGENT} status --json", check=False)
+    try:
+        status: dict[str, object] = json.loads(out)
+    except ValueError:
+        return {}
+    return status
+
+
+def until(
+    what: str,
+    test: Callable[[], bool],
+    timeout: float,
+    *,
+    poll: float = 1.0,
+    nodes: tuple[str, ...] = NODES,
+) -> None:
+    """Poll `test` until it holds (bounded); else fail naming each node's agent state."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if test():
+            return
+        time.sleep(poll)
+    states = {node: agent_status(node).get("state") for node in nodes}
+    raise AssertionError(f"not {what} within {timeout:.0f} s; agents: {states}")
+
+
+class LoneWatch(threading.Thread):
+    """Samples the nodes' rank containers every `interval` seconds; the longest stretch in
+    which exactly one of them ran. A node that is down (its exec fails) counts as no rank."""
+
+    def __init__(self, interval: float = 1.0, nodes: tuple[str, ...] = NODES) -> None:
+        super().__init__(daemon=True)
+        self.done = threading.Event()
+        self.longest = 0.0
+        self.samples = 0
+        self.interval = interval
+        self.nodes = nodes
+
+    def run(self) -> None:
+        since: float | None = None
+        deadline = time.monotonic() + 1200  # bounded, whatever the test does
+        while not self.done.is_set() and time.monotonic() < deadline:
+            running = [bool(rank_container(node)) for node in self.nodes]
+            now = time.monotonic()
+            self.samples += 1
+            if sum(running) == 1:
+                since = now if since is None else since
+                self.longest = max(self.longest, now - since)
+            else:
+                since = None
+            self.done.wait(self.interval)

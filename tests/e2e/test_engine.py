@@ -13,7 +13,6 @@ and the nodes' pulls do not fit the suite's 40 minutes yet (docs/PERFORMANCE.md)
 from __future__ import annotations
 
 import json
-import threading
 import time
 import tomllib
 from collections.abc import Callable, Iterator
@@ -23,7 +22,16 @@ import httpx
 import openai
 import pytest
 import yaml
-from labtools import ROOT, node_sh, rank_container, task_results
+from labtools import (
+    AGENT,
+    ROOT,
+    LoneWatch,
+    agent_status,
+    node_sh,
+    rank_container,
+    task_results,
+    until,
+)
 
 from gx10 import ProvisionResult, lab, provision
 from gx10.cli import main
@@ -36,7 +44,6 @@ HEAD_HOST = _HOSTS["all"]["children"]["gx10"]["children"]["head"]["hosts"]["gx10
 API = f"http://{HEAD_HOST['gx10_api_host']}:8000"
 MODEL = "deepseek-v4-flash"
 NODES = ("gx10-a", "gx10-b")
-AGENT = "/usr/local/lib/gx10/pair/gx10-pair"
 SUPERVISED = {"vllm_supervisor_enabled": True}
 RECOVERY = 420.0  # a real cold start is 60-100 s on two cores; a restart is two of them
 LONE_BOUND = 30.0  # seconds one rank may run without the other (as for the simulator)
@@ -132,23 +139,11 @@ def test_the_engine_answers_the_messages_api_claude_code_uses(converged: Provisi
 # --------------------------------------------------------------------------------------------
 
 
-def _status(node: str) -> dict[str, object]:
-    out = node_sh(node, f"python3 {AGENT} status --json", check=False)
-    try:
-        status: dict[str, object] = json.loads(out)
-    except ValueError:
-        return {}
-    return status
+_status = agent_status
 
 
 def _until(what: str, test: Callable[[], bool], timeout: float = RECOVERY) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if test():
-            return
-        time.sleep(2.0)
-    states = {node: _status(node).get("state") for node in NODES}
-    raise AssertionError(f"not {what} within {timeout:.0f} s; agents: {states}")
+    until(what, test, timeout, poll=2.0)
 
 
 def _serving() -> bool:
@@ -168,30 +163,6 @@ def _answers() -> None:
     assert reply.json()["usage"]["completion_tokens"] > 0
 
 
-class _LoneWatch(threading.Thread):
-    """The longest stretch in which exactly one rank ran (sampled about every 2 s)."""
-
-    def __init__(self) -> None:
-        super().__init__(daemon=True)
-        self.done = threading.Event()
-        self.longest = 0.0
-        self.samples = 0
-
-    def run(self) -> None:
-        since: float | None = None
-        deadline = time.monotonic() + 1200  # bounded, whatever the test does
-        while not self.done.is_set() and time.monotonic() < deadline:
-            running = [bool(rank_container(node)) for node in NODES]
-            now = time.monotonic()
-            self.samples += 1
-            if sum(running) == 1:
-                since = now if since is None else since
-                self.longest = max(self.longest, now - since)
-            else:
-                since = None
-            self.done.wait(2.0)
-
-
 @pytest.fixture(scope="module")
 def supervised(converged: ProvisionResult) -> Iterator[ProvisionResult]:
     result = provision(INVENTORY, "serve.yml", extravars=SUPERVISED)
@@ -208,7 +179,7 @@ def _recovers(fault: Callable[[], None]) -> dict[str, dict[str, str]]:
     _until("serving", _serving)
     node_sh("gx10-a", f"python3 {AGENT} reset", check=False)  # a fresh breaker window
     before = {node: rank_container(node) for node in NODES}
-    watch = _LoneWatch()
+    watch = LoneWatch(interval=2.0)
     watch.start()
     started = time.monotonic()
     try:

@@ -49,11 +49,6 @@ def test_both_ranks_run_and_the_head_serves(served: ProvisionResult) -> None:
     assert '{\\"draft_sample_method\\":\\"probabilistic\\"' in args
 
 
-def test_smoke_test_through_the_openai_client(served: ProvisionResult) -> None:
-    result = provision(LAB_INVENTORY, "smoke.yml")
-    assert result.ok, result.failed_tasks
-
-
 def test_a_dead_head_restarts_both_ranks_worker_first(served: ProvisionResult) -> None:
     """The restart also shows each rank's log lines while it waits (the lab reports progress
     every 2 s and the simulator boots in 3 s), in ansible-playbook's own output."""

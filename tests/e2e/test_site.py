@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from labtools import LAB_INVENTORY, node_sh
+from labtools import LAB_INVENTORY, node_sh, task_results
 
 from gx10 import ProvisionResult, lab, provision
 
@@ -26,6 +26,11 @@ def test_site_converges_on_the_lab(first_run: ProvisionResult) -> None:
     for host in ("gx10-a", "gx10-b"):
         assert first_run.hosts[host].failed == 0
         assert first_run.hosts[host].unreachable == 0
+    # The last stage used the service through the official openai client: models, chat, stream
+    # and a parsed tool call (smoke.yml alone runs the same checks).
+    smoke = task_results(first_run, "Run the four smoke checks")
+    assert smoke["localhost"]["rc"] == 0, smoke
+    assert "model deepseek-v4-flash" in smoke["localhost"]["stdout"].splitlines()[-1]
 
 
 def test_check_mode_runs_clean(first_run: ProvisionResult) -> None:

@@ -13,7 +13,6 @@ import contextlib
 import json
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from labtools import LAB_INVENTORY, node_sh, rank_container
+from labtools import AGENT, LAB_INVENTORY, LoneWatch, agent_status, node_sh, rank_container, until
 
 from gx10 import ProvisionResult, lab, provision
 
@@ -32,7 +31,6 @@ HEAD_API = "http://{}:8000".format(
     _HOSTS["all"]["children"]["gx10"]["children"]["head"]["hosts"]["gx10-a"]["gx10_api_host"]
 )
 NODES = ("gx10-a", "gx10-b")
-AGENT = "/usr/local/lib/gx10/pair/gx10-pair"
 SUPERVISED = {"vllm_supervisor_enabled": True}
 RECOVERY = 120.0  # seconds a fault may take to be repaired on the lab (boots in ~10 s)
 REBOOT_RECOVERY = 240.0  # a node's own boot (systemd, its Docker engine) comes first
@@ -48,23 +46,11 @@ def _provision(playbook: str, **extravars: object) -> ProvisionResult:
 _container = rank_container
 
 
-def _status(node: str) -> dict[str, object]:
-    out = node_sh(node, f"python3 {AGENT} status --json", check=False)
-    try:
-        status: dict[str, object] = json.loads(out)
-    except ValueError:
-        return {}
-    return status
+_status = agent_status
 
 
 def _until(what: str, test: Callable[[], bool], timeout: float = RECOVERY) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if test():
-            return
-        time.sleep(1.0)
-    states = {node: _status(node).get("state") for node in NODES}
-    raise AssertionError(f"not {what} within {timeout:.0f} s; agents: {states}")
+    until(what, test, timeout)
 
 
 def _serving() -> bool:
@@ -224,12 +210,14 @@ def test_a_stalled_engine_is_restarted_by_the_watchdog(supervised: ProvisionResu
     _answers()
 
 
-def test_the_breaker_trips_on_a_rank_that_cannot_boot_and_stays_tripped(
+def test_the_breaker_trips_stop_keeps_the_pair_stopped_and_serve_starts_it_again(
     supervised: ProvisionResult,
 ) -> None:
     """The worker's rank command is broken on the node: every start fails at once. After the
-    lab's 3 restarts the breaker trips, both ranks stay stopped, and the reason is recorded; a
-    serve run (which rewrites the command and resets the breaker) brings the pair back."""
+    lab's 3 restarts the breaker trips, both ranks stay stopped, and the reason is recorded.
+    stop.yml then keeps the pair stopped (the agents disabled; nothing comes back past the lab's
+    heartbeat timeout and backoff), and a serve run, which rewrites the command and resets the
+    breaker, brings the pair back. One serve run for both: each costs a launch."""
     _until("serving", _serving, 60)
     node_sh(
         "gx10-b",
@@ -240,23 +228,12 @@ def test_the_breaker_trips_on_a_rank_that_cannot_boot_and_stays_tripped(
     _until("tripped", lambda: _status("gx10-a").get("state") == "tripped", 180)
     breaker = _status("gx10-a")["breaker"]
     assert breaker["tripped"] is True, breaker  # type: ignore[index]
-    time.sleep(10)  # tripped means stopped: nothing starts again by itself
-    assert _status("gx10-a").get("state") == "tripped"
     assert not _container("gx10-a")
     assert not _container("gx10-b")
-    again = _provision("serve.yml")
-    assert again.ok, again.failed_tasks
-    _until("serving", _serving, 60)
-    assert _status("gx10-a")["breaker"]["tripped"] is False  # type: ignore[index]
-    _answers()
 
-
-def test_stop_keeps_the_pair_stopped_and_serve_starts_it_again(
-    supervised: ProvisionResult,
-) -> None:
     stopped = _provision("stop.yml")
     assert stopped.ok, stopped.failed_tasks
-    time.sleep(8)  # longer than the lab's heartbeat timeout and backoff: nothing came back
+    time.sleep(8)  # tripped, then stopped: longer than the heartbeat timeout and backoff
     for node in NODES:
         assert not _container(node)
         state = node_sh(node, "systemctl is-enabled gx10-pair.service", check=False).strip()
@@ -264,6 +241,7 @@ def test_stop_keeps_the_pair_stopped_and_serve_starts_it_again(
     again = _provision("serve.yml")
     assert again.ok, again.failed_tasks
     _until("serving", _serving, 60)
+    assert _status("gx10-a")["breaker"]["tripped"] is False  # type: ignore[index]
     _answers()
 
 
@@ -274,37 +252,12 @@ def test_stop_keeps_the_pair_stopped_and_serve_starts_it_again(
 # --------------------------------------------------------------------------------------------
 
 
-class _LoneWatch(threading.Thread):
-    """Samples both nodes' rank containers about once a second; the longest stretch in which
-    exactly one of them ran. A node that is down (its exec fails) counts as no rank."""
-
-    def __init__(self) -> None:
-        super().__init__(daemon=True)
-        self.done = threading.Event()
-        self.longest = 0.0
-        self.samples = 0
-
-    def run(self) -> None:
-        since: float | None = None
-        deadline = time.monotonic() + 900  # bounded, whatever the test does
-        while not self.done.is_set() and time.monotonic() < deadline:
-            running = [bool(_container(node)) for node in NODES]
-            now = time.monotonic()
-            self.samples += 1
-            if sum(running) == 1:
-                since = now if since is None else since
-                self.longest = max(self.longest, now - since)
-            else:
-                since = None
-            self.done.wait(1.0)
-
-
 @contextlib.contextmanager
 def _fault(name: str) -> Iterator[dict[str, dict[str, str]]]:
     _until("serving", _serving, 60)
     node_sh("gx10-a", f"python3 {AGENT} reset", check=False)  # a fresh breaker window
     before = {node: _container(node) for node in NODES}
-    watch = _LoneWatch()
+    watch = LoneWatch()
     watch.start()
     try:
         yield before
@@ -432,7 +385,7 @@ def test_turning_supervision_off_takes_the_agents_away_and_serves_unsupervised(
         assert "gx10-vllm-rank.service" not in units, units
         assert node_sh(node, "ls /etc/gx10").split().count("pair.token") == 0
         assert _container(node), f"{node}: no rank runs after the unsupervised launch"
-    _smoke()
+    _answers()
     again = provision(LAB_INVENTORY, "serve.yml")
     assert again.ok, again.failed_tasks
     assert again.changed_total == 0
