@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 READY = "Application startup complete."
+_STAMPED = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")  # docker logs --timestamps
 LOADED = "Directly load the compiled graph"  # the GPU build's line (the simulator's too)
 LOAD_FAILED = "Compiling model again due to a load failure"  # the CPU build's, on a warm cache
 
@@ -84,7 +86,11 @@ def head_boot_seconds(inventory: str, container: str) -> tuple[float, str]:
         inventory, "head", "ansible.builtin.command", f"docker logs --timestamps {container}"
     )
     (result,) = hosts.values()
-    lines = [line for line in str(result.get("stdout", "")).splitlines() if line.strip()]
+    # docker logs keeps the container's streams apart: the simulator writes its lines to stdout,
+    # vLLM's uvicorn (`Application startup complete.`) to stderr. Both, in time order.
+    # A progress bar's carriage returns split a line into pieces without a timestamp: left out.
+    output = f"{result.get('stdout', '')}\n{result.get('stderr', '')}"
+    lines = sorted((line for line in output.splitlines() if _STAMPED.match(line)), key=_stamp)
     ready = next((line for line in lines if READY in line), None)
     if not lines or ready is None:
         raise SystemExit("the head's log has no ready line")

@@ -43,6 +43,21 @@ def test_a_boot_is_timed_from_its_log_and_its_cache_use_named(
     assert found == cache
 
 
+def test_the_ready_line_is_found_on_either_stream_in_time_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vLLM's uvicorn writes `Application startup complete.` to stderr (docker logs keeps the
+    streams apart); the simulator writes everything to stdout."""
+
+    def ad_hoc(*args: Any) -> dict[str, dict[str, object]]:
+        progress = "Loading safetensors checkpoint shards: 100% Completed | 1/1"
+        return {"gx10-a": {"stdout": START, "stderr": f"{READY}\r{progress}"}}
+
+    monkeypatch.setattr(boot_cache, "ad_hoc", ad_hoc)
+    seconds, found = boot_cache.head_boot_seconds("inventories/lab-vllm", "gx10-vllm")
+    assert (seconds, found) == (pytest.approx(72.5), "compiled")
+
+
 def test_a_log_without_the_ready_line_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(boot_cache, "ad_hoc", lambda *a: {"gx10-a": {"stdout": START}})
     with pytest.raises(SystemExit, match="no ready line"):
