@@ -520,6 +520,29 @@ def test_rails_without_their_gid_are_waited_for_not_counted(
     assert "every rail has its RoCE v2 GID again" in p.log("a")
 
 
+def test_a_worker_back_from_a_reboot_without_its_rails_is_waited_for_not_started(
+    make_pair: Callable[..., Pair],
+) -> None:
+    """The head starts while its worker's node is down; the worker's agent comes back before
+    its rails have a RoCE v2 GID (seen on the lab's real engine: the rank then failed at once,
+    'netdev ... does not exist', and the reboot cost a counted restart). The head waits for the
+    agent, then for its rails, uncounted, and starts the pair once both hold."""
+    p = make_pair()
+    p.start("a")
+    p.wait("the head waiting for the worker's agent", lambda: p.state("a") == "waiting")
+    write_gid_table(p.dirs["b"] / "sys", DEV["b"], NETDEV["b"], RAIL_IP["b"], None)
+    p.start("b")
+    p.wait("the head waiting for the rail", lambda: "RoCE v2 GID on node-b:eth-b" in p.log("a"))
+    time.sleep(2.5)  # past worker_ready_timeout (2 s scaled): still no start, no failure
+    assert p.state("a") == "waiting"
+    assert p.restarts() == 0
+    assert p.event_list() == []
+    write_gid_table(p.dirs["b"] / "sys", DEV["b"], NETDEV["b"], RAIL_IP["b"], 3)
+    p.wait("the pair serving", p.serving)
+    assert p.restarts() == 0
+    assert p.event_list() == ["b start", "a start"]
+
+
 def test_a_dead_worker_rank_restarts_both_worker_first(make_pair: Callable[..., Pair]) -> None:
     p = make_pair()
     p.up()
