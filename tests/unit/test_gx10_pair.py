@@ -508,6 +508,13 @@ def test_rails_without_their_gid_are_waited_for_not_counted(
     write_gid_table(p.dirs["b"] / "sys", DEV["b"], NETDEV["b"], RAIL_IP["b"], None)
     p.start("b")
     p.start("a")
+    _waits_for_the_workers_rail_then_starts(p)
+    assert "every rail has its RoCE v2 GID again" in p.log("a")
+
+
+def _waits_for_the_workers_rail_then_starts(p: Pair) -> None:
+    """The head waits for node-b's rail, uncounted and past every start deadline, and starts
+    the pair, worker first, once the rail has its GID again."""
     p.wait("the head waiting for the rail", lambda: "RoCE v2 GID on node-b:eth-b" in p.log("a"))
     time.sleep(2.5)  # past worker_ready_timeout (2 s scaled): still no start, no failure
     assert p.state("a") == "waiting"
@@ -517,7 +524,6 @@ def test_rails_without_their_gid_are_waited_for_not_counted(
     p.wait("the pair serving", p.serving)
     assert p.restarts() == 0
     assert p.event_list() == ["b start", "a start"]
-    assert "every rail has its RoCE v2 GID again" in p.log("a")
 
 
 def test_a_worker_back_from_a_reboot_without_its_rails_is_waited_for_not_started(
@@ -532,15 +538,7 @@ def test_a_worker_back_from_a_reboot_without_its_rails_is_waited_for_not_started
     p.wait("the head waiting for the worker's agent", lambda: p.state("a") == "waiting")
     write_gid_table(p.dirs["b"] / "sys", DEV["b"], NETDEV["b"], RAIL_IP["b"], None)
     p.start("b")
-    p.wait("the head waiting for the rail", lambda: "RoCE v2 GID on node-b:eth-b" in p.log("a"))
-    time.sleep(2.5)  # past worker_ready_timeout (2 s scaled): still no start, no failure
-    assert p.state("a") == "waiting"
-    assert p.restarts() == 0
-    assert p.event_list() == []
-    write_gid_table(p.dirs["b"] / "sys", DEV["b"], NETDEV["b"], RAIL_IP["b"], 3)
-    p.wait("the pair serving", p.serving)
-    assert p.restarts() == 0
-    assert p.event_list() == ["b start", "a start"]
+    _waits_for_the_workers_rail_then_starts(p)
 
 
 def test_a_dead_worker_rank_restarts_both_worker_first(make_pair: Callable[..., Pair]) -> None:
