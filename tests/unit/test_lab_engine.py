@@ -49,6 +49,7 @@ def test_the_engine_image_recipe_holds_the_lock_and_mounts_the_wheels() -> None:
     setup = (engine.ENGINE_DIR / "setup.sh").read_text()
     assert "--require-hashes --find-links /wheels" in setup
     assert "--no-index" in setup
+    assert f'"$lib/tokenizer-corpus.txt" {engine.TINY_MODEL}' in setup  # where the NAS copies from
 
 
 def test_the_lab_chooses_its_engine_and_inventory() -> None:

@@ -14,8 +14,8 @@ built like the other lab images, once per recipe (images.ImageSpec):
   a tokenizer trained on the corpus the project ships), the same bytes on every build, which the
   lab's NAS stand-in serves and inventories/lab-vllm pins by its manifest.
 
-The lab registry serves the image as ENGINE_REPOSITORY:ENGINE_TAG, which inventories/lab-vllm
-names; the roles are the same for both engines.
+The lab registry serves the image as ENGINE_REPOSITORY at the lock's vllm-cpu version, which
+inventories/lab-vllm names; the roles are the same for both engines.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gx10.lab import images
-from gx10.lab.config import DEFAULT_ENGINE, ENGINES, LAB_LABEL
+from gx10.lab.config import LAB_LABEL
 from gx10.lab.errors import LabError
 from gx10.lab.images import HERE, IMAGE_DIR, ImageSpec
 from gx10.paths import project_home
@@ -46,8 +46,7 @@ PACKAGE = "vllm-cpu"
 # Where the lab registry serves the engine (inventories/lab-vllm: vllm_image_repository, _tag).
 ENGINE_REPOSITORY = "gx10-lab/vllm-cpu"
 ENGINE_LIB = "/usr/local/lib/gx10-engine"
-VENV = "/opt/vllm"
-TINY_MODEL = "/opt/gx10-lab/tiny-model"
+TINY_MODEL = "/opt/gx10-lab/tiny-model"  # where setup.sh makes it
 # The machine the lock was resolved for: its wheels are built for it (manylinux x86_64, cp311,
 # which is bookworm's python3 too).
 LOCK_MACHINE = "x86_64"
@@ -153,7 +152,6 @@ def vllm_cpu_spec() -> ImageSpec:
             # vLLM picks its platform from this (the CPU build's own check reads the version of
             # the distribution "vllm", which the image provides for its CLI: setup.sh).
             "ENV VLLM_TARGET_DEVICE=cpu",
-            f"ENV GX10_LAB_TINY_MODEL={TINY_MODEL}",
             f"LABEL {LAB_LABEL}.image=vllm-cpu",
         ),
         build_mounts={"/wheels": wheel_cache()},
@@ -213,18 +211,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {path}: {len(read_lock(path))} wheels")
     return 0
 
-
-__all__ = [
-    "DEFAULT_ENGINE",
-    "ENGINES",
-    "ENGINE_REPOSITORY",
-    "engine_version",
-    "ensure_image",
-    "fetch_wheels",
-    "read_lock",
-    "vllm_cpu_spec",
-    "wheel_requirements",
-]
 
 if __name__ == "__main__":
     raise SystemExit(main())
