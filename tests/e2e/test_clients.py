@@ -43,9 +43,9 @@ def served(serving_lab: ProvisionResult) -> ProvisionResult:
 @pytest.fixture(scope="module")
 def configs(served: ProvisionResult, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("clients") / "gx10-clients"
-    # The lab's simulator serves Chat Completions, not /v1/responses: Codex's config speaks chat.
-    args = ["clients", "-i", str(LAB_INVENTORY), "--out", str(out), "--codex-wire-api", "chat"]
-    assert main(args) == 0
+    # Codex's config speaks the Responses API (the default), which the simulator serves as the
+    # real engine does (tests/unit/test_vllm_sim_contract.py).
+    assert main(["clients", "-i", str(LAB_INVENTORY), "--out", str(out)]) == 0
     return out
 
 
@@ -63,10 +63,10 @@ def request_of(agent: str, out: Path) -> dict[str, Any]:
     if agent == "codex":
         document = tomllib.loads((out / "codex/config.toml").read_text())
         provider = document["model_providers"][document["model_provider"]]
-        assert provider["wire_api"] == "chat"
+        assert provider["wire_api"] == "responses"
         base = provider["base_url"]
         limit = document["model_max_output_tokens"]
-        return {"base": base, "model": document["model"], "max": limit}
+        return {"base": base, "model": document["model"], "max": limit, "api": "responses"}
     if agent == "aider":
         conf = yaml.safe_load((out / "aider/.aider.conf.yml").read_text())
         (settings,) = yaml.safe_load(Path(conf["model-settings-file"]).read_text())
@@ -87,7 +87,22 @@ def request_of(agent: str, out: Path) -> dict[str, Any]:
 
 
 def first_chunk(request: dict[str, Any]) -> Any:
+    """The first event of a streamed request as the agent makes it: a chat completion, or a
+    response for an agent on the Responses API (Codex), with a tool."""
     client = openai.OpenAI(base_url=request["base"], api_key="lab-has-no-key", timeout=60)
+    if request.get("api") == "responses":
+        function = TOOL["function"]
+        events = client.responses.create(
+            model=request["model"],
+            input="Write fizzbuzz.py.",
+            max_output_tokens=request["max"],
+            tools=[{"type": "function", **function, "strict": False}],  # type: ignore[list-item]
+            stream=True,
+        )
+        try:
+            return next(iter(events)).response  # response.created: the response so far
+        finally:
+            events.close()
     stream = client.chat.completions.create(
         model=request["model"],
         messages=[{"role": "user", "content": "Write fizzbuzz.py."}],

@@ -15,10 +15,11 @@ import io
 import stat
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from gx10.lab.simulators import vllm_sim
 from gx10.lab.simulators.rdma_sysfs import sync
@@ -97,6 +98,7 @@ def vllm_sim_head(
     max_model_len: int = 65536,
     breaks: tuple[str, ...] = (),
     time_scale: float = 0.0,
+    default_kwargs: Mapping[str, Any] | None = None,
 ) -> Iterator[InProcessHead]:
     """The simulator's API server (the head's, without the rendezvous and boot) on a loopback
     ephemeral port, serving as the reference flags do (deepseek_v4 tool and reasoning parsers,
@@ -120,7 +122,7 @@ def vllm_sim_head(
         reasoning_parser="deepseek_v4",
         tool_parser="deepseek_v4",
         auto_tools=True,
-        default_kwargs={"thinking": False},
+        default_kwargs=dict(default_kwargs or {"thinking": False}),
         seed=0,
     )
     httpd = ApiServer(("127.0.0.1", 0), Server(config, engine), log)

@@ -22,7 +22,9 @@ GB10 image lives. It keeps the contract the project depends on, as the real serv
 - an OpenAI-compatible API on the head: /health, /v1/models, /v1/chat/completions (SSE, usage,
   reasoning, tool calls as the deepseek_v4 parser hands them over: ids, JSON arguments, parallel
   calls, streamed deltas, tool_choice), /v1/completions, /tokenize, /metrics, --api-key; and
-  vLLM's Anthropic-compatible /v1/messages (content blocks, tool_use, stop_reason, usage).
+  vLLM's Anthropic-compatible /v1/messages (content blocks, tool_use, stop_reason, usage), and
+  its Responses API, /v1/responses (Codex's: output items, events, usage), whose shapes and error
+  bodies are tested against the real engine's (tests/unit/test_vllm_sim_contract.py).
 
 Text is generated deterministically (seeded by the prompt and the request's `seed`); timing comes
 from a pluggable PerfModel. Standalone on purpose: it runs under Debian bookworm's python3.11 with
@@ -43,6 +45,7 @@ Modules, each importing only modules listed before it (tests/unit/test_vllm_sim_
   generation              generated text and reasoning
   gpu_load, engine        the node's GPU load file; admission, timing, counters, death
   api, anthropic          the head's request logic; /v1/messages as a chat completion request
+  responses               /v1/responses as a chat completion request
   metrics                 /metrics
   http_server             the OpenAI-compatible HTTP server
   processes               the head and the headless workers

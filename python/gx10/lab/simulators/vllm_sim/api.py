@@ -12,7 +12,7 @@ from typing import Any
 from .breaks import BreakSwitch
 from .deepseek_v4_encoding import render_chat, thinking_enabled
 from .engine import Engine, Plan, block_hashes
-from .errors import ApiError
+from .errors import ApiError, missing_field
 from .generation import REASONING_WORDS, WORDS, token_stream
 from .model import ModelInfo
 from .tokenizer import BOS, count_tokens, token_pieces
@@ -79,6 +79,7 @@ class Server:
                 f"{requested}. This model's maximum context length is {limit} tokens "
                 f"and your request has {prompt_tokens} input tokens ({requested} > "
                 f"{limit} - {prompt_tokens}).",
+                param="max_tokens",
             )
         return requested
 
@@ -90,12 +91,9 @@ class Server:
     def plan_chat(self, body: Mapping[str, Any]) -> tuple[Plan, str | None]:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
-            raise ApiError(
-                400,
-                "messages: Field required"
-                if messages is None
-                else "messages must be a non-empty list",
-            )
+            if messages is None:
+                raise missing_field("messages", dict(body))
+            raise ApiError(400, "messages must be a non-empty list")
         tools = body.get("tools") or None
         tool_choice = body.get("tool_choice", "auto" if tools else "none")
         if (

@@ -40,3 +40,22 @@ class ApiError(Exception):
                 "code": self.status,
             }
         }
+
+
+def validation_error(
+    kind: str, loc: str, msg: str, body_size: int, ctx: str | None = None
+) -> ApiError:
+    """A request FastAPI refuses before vLLM reads it, as vLLM answers it: status 400, type
+    "Bad Request", param the field's location (captured from vLLM: tests/fixtures/vllm-engine/)."""
+    detail = (
+        f"{{'type': '{kind}', 'loc': '{loc}', 'msg': '{msg}', "
+        f"'input': '<dict of {body_size} items>'"
+    )
+    if ctx is not None:
+        detail += f", 'ctx': {{'error': '{ctx}'}}"
+    return ApiError(400, f"1 validation error:\n  {detail}}}", "Bad Request", loc)
+
+
+def missing_field(field: str, body: dict[str, Any]) -> ApiError:
+    """A required field the request lacks (``body.<field>``)."""
+    return validation_error("missing", f"body.{field}", "Field required", len(body))

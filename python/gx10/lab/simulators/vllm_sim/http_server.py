@@ -18,9 +18,12 @@ from .anthropic import message as anthropic_message
 from .api import Piece, Server, finish_reason, usage
 from .deepseek_v4_encoding import render_chat, thinking_enabled
 from .engine import ENGINE_DEAD_MESSAGE, EngineDeadError, KvLease, Plan
-from .errors import ApiError
+from .errors import ApiError, validation_error
 from .log import Log
 from .metrics import render_metrics
+from .responses import Response, limit_error
+from .responses import Stream as ResponseStream
+from .responses import chat_body as responses_chat_body
 from .tokenizer import BOS, END_THINK, decode, encode, special_id
 from .tool_calls import argument_fragments
 
@@ -34,6 +37,7 @@ ROUTES = {
     "/v1/chat/completions": ("POST",),
     "/v1/completions": ("POST",),
     "/v1/messages": ("POST",),
+    "/v1/responses": ("POST",),
 }
 
 
@@ -106,8 +110,14 @@ class ApiHandler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         try:
             body = json.loads(raw or b"null")
-        except ValueError as error:
-            raise ApiError(400, f"JSON decode error: {error}") from error
+        except json.JSONDecodeError as error:
+            raise validation_error(
+                "json_invalid", f"body.{error.pos}", "JSON decode error", 0, error.msg
+            ) from error
+        except ValueError as error:  # not UTF-8
+            raise validation_error(
+                "json_invalid", "body", "JSON decode error", 0, str(error)
+            ) from error
         if not isinstance(body, dict):
             raise ApiError(
                 400, "Input should be a valid dictionary or object to extract fields from"
@@ -278,6 +288,28 @@ class ApiHandler(BaseHTTPRequestHandler):
         )
         request.run(bool(body.get("stream")))
 
+    def route_v1_responses(self) -> None:
+        """The Responses API (Codex's): the request as a chat completion, answered as a
+        response (responses.py)."""
+        raw = self._read_json()
+        api = self.server.api
+        try:
+            body = responses_chat_body(raw)
+            model = api.check_model(body)
+            plan, mode = api.plan_chat(body)
+        except ApiError as error:
+            raise limit_error(error) from None
+        separate = (
+            mode is not None
+            and api.config.reasoning_parser is not None
+            and "reasoning" not in plan.breaks
+        )
+        request = _Request(
+            self, model, plan, kind="responses", separate_reasoning=separate, include_usage=True
+        )
+        request.response = Response(raw, model)
+        request.run(bool(body.get("stream")))
+
     def route_v1_completions(self) -> None:
         body = self._read_json()
         api = self.server.api
@@ -340,6 +372,10 @@ class _Request:
         )
         self.created = int(time.time())
         self.completion_tokens = 0
+        self.reasoning_tokens = 0  # of them, those the reasoning parser separated
+        # /v1/responses: the response the chat completion becomes (route_v1_responses).
+        self.response: Response | None = None
+        self.response_stream: ResponseStream | None = None
         self.had_tool = False
         self.opened_think = False
 
@@ -399,12 +435,15 @@ class _Request:
                     )
                 elif piece.kind == "reasoning" and self.separate:
                     reasoning.append(piece.text)
+                    self.reasoning_tokens += piece.tokens
                 else:
                     content.append(self._text(piece))
         reason = finish_reason(self.plan, self.completion_tokens, self.had_tool)
         body = self._body(reasoning, content, calls, reason)
         if self.kind == "messages":
             body = anthropic_message(body, broken="messages" in self.plan.breaks)
+        elif self.response is not None:
+            body = self.response.whole(body, self.reasoning_tokens)
         self.handler._send_json(200, body)
         return first
 
@@ -486,6 +525,7 @@ class _Request:
                 deltas += self._call_deltas(piece.index)
             elif piece.kind == "reasoning" and self.separate:
                 deltas.append({"reasoning": piece.text})
+                self.reasoning_tokens += piece.tokens
             else:
                 deltas.append({"content": self._text(piece)})
         return _merge_deltas(deltas)
@@ -505,13 +545,31 @@ class _Request:
         return deltas
 
     def _emit(self, chunk: dict[str, Any] | str) -> None:
-        """One event: a chat chunk (a dict, or "[DONE]"), or the Messages events it makes."""
+        """One event: a chat chunk (a dict, or "[DONE]"), or the Messages or Responses events
+        it makes."""
+        if self.response is not None:
+            self._emit_response(chunk)
+            return
         if self.converter is None:
             self.handler.send_event(chunk if isinstance(chunk, str) else json.dumps(chunk))
             return
         events = self.converter.done() if chunk == "[DONE]" else []
         if isinstance(chunk, dict):
             events = self.converter.feed(chunk)
+        for name, payload in events:
+            self.handler.send_event(json.dumps(payload), event=name)
+
+    def _emit_response(self, chunk: dict[str, Any] | str) -> None:
+        assert self.response is not None
+        if self.response_stream is None:
+            self.response_stream = ResponseStream(self.response)
+            events = self.response_stream.start()
+        else:
+            events = []
+        if isinstance(chunk, dict) and chunk.get("choices"):
+            events += self.response_stream.feed(chunk)
+        elif isinstance(chunk, dict):  # the usage chunk, last
+            events += self.response_stream.finish(chunk.get("usage") or {}, self.reasoning_tokens)
         for name, payload in events:
             self.handler.send_event(json.dumps(payload), event=name)
 
@@ -532,6 +590,8 @@ class _Request:
             if self.converter is not None:
                 body = anthropic_error(error)
                 handler.send_event(json.dumps(body), event="error")
+            elif self.response is not None:
+                handler.send_event(json.dumps(error.body()), event="error")
             else:
                 handler.send_event(json.dumps(error.body()))
                 handler.send_event("[DONE]")
