@@ -16,6 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 LAB_INVENTORY = ROOT / "inventories" / "lab"
 NODES = ("gx10-a", "gx10-b")
 RAILS = ("enp1s0f0np0", "enP2p1s0f0np0")
+RAIL_PREFIX = {"enp1s0f0np0": "192.168.100", "enP2p1s0f0np0": "192.168.101"}
+HOST_NUMBER = {"gx10-a": 10, "gx10-b": 11}
+RAIL_TIMEOUT = 180.0  # seconds for networkd to re-apply both rails after a boot
 MODEL_DIR = "/srv/models/DeepSeek-V4-Flash-0731"
 
 
@@ -173,3 +176,48 @@ class LoneWatch(threading.Thread):
             else:
                 since = None
             self.done.wait(self.interval)
+
+
+def rail_problems(node: str) -> list[str]:
+    """What keeps the node's rails from being as its netplan says (empty: all well)."""
+    problems = []
+    links = {
+        link["ifname"]: link
+        for link in json.loads(node_sh(node, "ip -j addr show", check=False) or "[]")
+    }
+    for netdev, prefix in RAIL_PREFIX.items():
+        link = links.get(netdev)
+        if link is None:
+            problems.append(f"{node} {netdev}: missing")
+            continue
+        if link.get("operstate") != "UP":
+            problems.append(f"{node} {netdev}: {link.get('operstate')}")
+        want = f"{prefix}.{HOST_NUMBER[node]}"
+        have = [a["local"] for a in link.get("addr_info", []) if a.get("family") == "inet"]
+        if want not in have:
+            problems.append(f"{node} {netdev}: addresses {have}, not {want}")
+        if link.get("mtu") != 9000:
+            problems.append(f"{node} {netdev}: MTU {link.get('mtu')}")
+    return problems
+
+
+def wait_rails(nodes: tuple[str, ...] = NODES) -> None:
+    """Both rails of every node up with their netplan address and MTU, within RAIL_TIMEOUT."""
+    deadline = time.monotonic() + RAIL_TIMEOUT
+    problems: list[str] = ["not checked"]
+    for _ in range(int(RAIL_TIMEOUT)):  # bounded in count and in time
+        problems = [p for node in nodes for p in rail_problems(node)]
+        if not problems or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert problems == [], f"rails not back within {RAIL_TIMEOUT:.0f} s: {problems}"
+
+
+def jumbo_pings(source: str, target: str) -> None:
+    """A full 9000-byte frame (8972 bytes of payload, not fragmented) over each rail."""
+    for netdev, prefix in RAIL_PREFIX.items():
+        address = f"{prefix}.{HOST_NUMBER[target]}"
+        out = node_sh(
+            source, f"ping -c 3 -i 0.2 -W 5 -M do -s 8972 -I {netdev} {address}", check=False
+        )
+        assert " 0% packet loss" in out, f"{source} -> {address} on {netdev}: {out}"

@@ -20,7 +20,17 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from labtools import AGENT, LAB_INVENTORY, LoneWatch, agent_status, node_sh, rank_container, until
+from labtools import (
+    AGENT,
+    LAB_INVENTORY,
+    LoneWatch,
+    agent_status,
+    jumbo_pings,
+    node_sh,
+    rank_container,
+    until,
+    wait_rails,
+)
 
 from gx10 import ProvisionResult, lab, provision
 
@@ -270,16 +280,52 @@ def _fault(name: str) -> Iterator[dict[str, dict[str, str]]]:
     _answers()
 
 
+MARKERS = {"gx10-faults-kept": "unless-stopped", "gx10-faults-once": "no"}
+
+
+@contextlib.contextmanager
+def _markers(node: str) -> Iterator[None]:
+    """Two containers in the node's engine: one Docker restarts after a boot, one it does not."""
+    image = node_sh(node, f"docker inspect -f '{{{{.Config.Image}}}}' {CONTAINER}").strip()
+    for name, policy in MARKERS.items():
+        node_sh(
+            node,
+            f"docker rm -f {name} >/dev/null 2>&1; docker run -d --name {name} "
+            f"--restart {policy} --entrypoint sleep {image} infinity >/dev/null",
+        )
+    try:
+        yield
+    finally:
+        node_sh(node, f"docker rm -f {' '.join(MARKERS)} >/dev/null 2>&1", check=False)
+
+
 def test_the_pair_comes_back_after_the_worker_node_reboots(supervised: ProvisionResult) -> None:
-    with _fault("worker reboot") as before:
-        lab.reboot("gx10-b", log=lambda line: None)
-        _until("restarted and serving", _restarted_both(before), REBOOT_RECOVERY)
+    """The lab's reboot is a real one (test equipment, checked here too): the node's units start
+    again, Docker honours each container's restart policy, and networkd puts the rails back."""
+    started = node_sh("gx10-b", "systemctl show -p ActiveEnterTimestampMonotonic docker.service")
+    with _markers("gx10-b"):
+        with _fault("worker reboot") as before:
+            result = lab.reboot("gx10-b", log=lambda line: None)
+            _until("restarted and serving", _restarted_both(before), REBOOT_RECOVERY)
+        assert result.method["gx10-b"] == "rebooted (systemctl reboot)", result.method
+        assert result.systemd["gx10-b"] in ("running", "degraded")
+        active = node_sh("gx10-b", "systemctl is-active docker.service gx10-sim-rdma.service")
+        assert active.split() == ["active", "active"]
+        again = node_sh("gx10-b", "systemctl show -p ActiveEnterTimestampMonotonic docker.service")
+        assert started != again  # it booted: monotonic stamps are the shared kernel's
+        states = {
+            name: node_sh("gx10-b", f"docker inspect -f '{{{{.State.Status}}}}' {name}").strip()
+            for name in MARKERS
+        }
+        assert states == {"gx10-faults-kept": "running", "gx10-faults-once": "exited"}
     # The head sees its worker go (no heartbeat, its rank gone), or first the rail its cable
     # shared with the worker lose its GID with the carrier: either way an ordered restart.
     reason = _last_reason()
     assert any(cause in reason for cause in ("worker-lost", "worker-rank-inactive", "->None")), (
         reason
     )
+    wait_rails()
+    jumbo_pings("gx10-b", "gx10-a")
 
 
 def test_the_pair_comes_back_after_the_head_node_reboots(supervised: ProvisionResult) -> None:
@@ -292,10 +338,15 @@ def test_the_pair_comes_back_after_the_head_node_reboots(supervised: ProvisionRe
 
 def test_the_pair_comes_back_after_a_power_cut_of_both(supervised: ProvisionResult) -> None:
     with _fault("power cut") as before:
-        lab.power_cut(log=lambda line: None)
+        result = lab.power_cut(log=lambda line: None)
         _until("restarted and serving", _restarted_both(before), REBOOT_RECOVERY)
         after = {node: _container(node) for node in NODES}
         assert after["gx10-b"]["started"] < after["gx10-a"]["started"], after
+    assert result.nodes == NODES
+    assert all(result.systemd[node] in ("running", "degraded") for node in NODES), result.systemd
+    wait_rails()
+    jumbo_pings("gx10-a", "gx10-b")
+    jumbo_pings("gx10-b", "gx10-a")
 
 
 def _worker_gids() -> list[dict[str, object]]:

@@ -155,7 +155,9 @@ def test_preflight_accepts_the_lab_on_the_lab_and_ci_machines() -> None:
 def test_the_figures_the_e2e_tests_expect(lab_model: ModelInfo) -> None:
     """Twice the context is refused by the validate stage with these numbers
     (tests/unit/test_validate_refusals.py runs it on the lab inventory), and 18 of the lab node's
-    24 GiB free stops a rank at start with vLLM's message (tests/e2e/test_serve.py)."""
+    24 GiB free stops a rank at start with vLLM's message (a figure of the lab's own: the lab
+    shows the product's wait passing on vLLM's start-up refusals with the context test of
+    tests/e2e/test_serve.py, and this message is the simulator's, checked here)."""
     errors = validate_cluster(GROUPS[2], lab_hostvars(2, vllm_serve_max_model_len=2 * CONTEXT))
     assert len(errors) == 2, errors  # each node's budget
     assert errors[0].startswith("memory on host gx10-a: profile dspark-0731 v1 does not fit")

@@ -64,40 +64,33 @@ class Probe:
         return {"model": model, **self.body}
 
 
+def _responses(name: str, body: dict[str, Any], *, stream: bool = False) -> Probe:
+    """A /v1/responses probe; a streamed one sends `stream: true`."""
+    return Probe(name, "POST", "/v1/responses", {**body, **({"stream": True} if stream else {})},
+                 stream=stream)  # fmt: skip
+
+
+HI = {"input": "Say hi.", "max_output_tokens": 8}
+HI_STREAMED = {"input": "Say hi.", "max_output_tokens": 6}
+# The deepseek_v4 reasoning parser takes a random model's whole output as reasoning; with
+# thinking off it is the message's text (or, with tool_choice required, a call).
+NO_THINKING = {"chat_template_kwargs": {"thinking": False}}
+WEATHER = {
+    "input": "What is the weather in Paris?",
+    "tools": [TOOL],
+    "tool_choice": "required",
+    "max_output_tokens": 64,
+}
+HI_CHAT = {"messages": [{"role": "user", "content": "hi"}]}
+
 PROBES: tuple[Probe, ...] = (
     Probe("models", "GET", "/v1/models"),
-    Probe("responses", "POST", "/v1/responses", {"input": "Say hi.", "max_output_tokens": 8}),
-    Probe(
-        "responses_stream",
-        "POST",
-        "/v1/responses",
-        {"input": "Say hi.", "max_output_tokens": 6, "stream": True},
-        stream=True,
-    ),
-    # The deepseek_v4 reasoning parser takes a random model's whole output as reasoning; with
-    # thinking off (as the product's profile serves) it is the message's text.
-    Probe(
-        "responses_without_thinking",
-        "POST",
-        "/v1/responses",
-        {"input": "Say hi.", "max_output_tokens": 8, "chat_template_kwargs": {"thinking": False}},
-    ),
-    Probe(
-        "responses_stream_without_thinking",
-        "POST",
-        "/v1/responses",
-        {
-            "input": "Say hi.",
-            "max_output_tokens": 6,
-            "stream": True,
-            "chat_template_kwargs": {"thinking": False},
-        },
-        stream=True,
-    ),
-    Probe(
+    _responses("responses", HI),
+    _responses("responses_stream", HI_STREAMED, stream=True),
+    _responses("responses_without_thinking", {**HI, **NO_THINKING}),
+    _responses("responses_stream_without_thinking", {**HI_STREAMED, **NO_THINKING}, stream=True),
+    _responses(
         "responses_messages",
-        "POST",
-        "/v1/responses",
         {
             "instructions": "Be brief.",
             "input": [
@@ -106,69 +99,20 @@ PROBES: tuple[Probe, ...] = (
             "max_output_tokens": 6,
         },
     ),
-    Probe(
-        "responses_tool_stream",
-        "POST",
-        "/v1/responses",
-        {
-            "input": "What is the weather in Paris?",
-            "tools": [TOOL],
-            "tool_choice": "required",
-            "max_output_tokens": 64,
-            "stream": True,
-        },
-        stream=True,
-    ),
-    Probe(
-        "responses_tool_without_thinking",
-        "POST",
-        "/v1/responses",
-        {
-            "input": "What is the weather in Paris?",
-            "tools": [TOOL],
-            "tool_choice": "required",
-            "max_output_tokens": 64,
-            "chat_template_kwargs": {"thinking": False},
-        },
-    ),
-    Probe(
-        "responses_tool_stream_without_thinking",
-        "POST",
-        "/v1/responses",
-        {
-            "input": "What is the weather in Paris?",
-            "tools": [TOOL],
-            "tool_choice": "required",
-            "max_output_tokens": 64,
-            "stream": True,
-            "chat_template_kwargs": {"thinking": False},
-        },
-        stream=True,
-    ),
-    Probe(
+    _responses("responses_tool_stream", WEATHER, stream=True),
+    _responses("responses_tool_without_thinking", {**WEATHER, **NO_THINKING}),
+    _responses("responses_tool_stream_without_thinking", {**WEATHER, **NO_THINKING}, stream=True),
+    _responses(
         "responses_unknown_model",
-        "POST",
-        "/v1/responses",
         {"model": "no-such-model", "input": "hi", "max_output_tokens": 4},
     ),
+    _responses("responses_output_too_long", {"input": "hi", "max_output_tokens": 100000}),
+    _responses("responses_without_input", {}),
     Probe(
-        "responses_output_too_long",
-        "POST",
-        "/v1/responses",
-        {"input": "hi", "max_output_tokens": 100000},
-    ),
-    Probe("responses_without_input", "POST", "/v1/responses", {}),
-    Probe(
-        "chat_unknown_model",
-        "POST",
-        "/v1/chat/completions",
-        {"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]},
+        "chat_unknown_model", "POST", "/v1/chat/completions", {**HI_CHAT, "model": "no-such-model"}
     ),
     Probe(
-        "chat_output_too_long",
-        "POST",
-        "/v1/chat/completions",
-        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100000},
+        "chat_output_too_long", "POST", "/v1/chat/completions", {**HI_CHAT, "max_tokens": 100000}
     ),
     Probe("chat_bad_json", "POST", "/v1/chat/completions", raw=b"{not json"),
     Probe("chat_without_messages", "POST", "/v1/chat/completions", {}),

@@ -88,6 +88,15 @@ class Server:
         digest = hashlib.sha256(f"{self.config.seed}:{seed}:{text}".encode()).hexdigest()
         return random.Random(int(digest[:16], 16))
 
+    def separates_reasoning(self, plan: Plan, mode: str | None) -> bool:
+        """Whether the reasoning parser hands the reasoning over apart from the content (the
+        `reasoning` break: as without a parser, the reasoning stays in the content)."""
+        return (
+            mode is not None
+            and self.config.reasoning_parser is not None
+            and "reasoning" not in plan.breaks
+        )
+
     def plan_chat(self, body: Mapping[str, Any]) -> tuple[Plan, str | None]:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:

@@ -250,12 +250,7 @@ class ApiHandler(BaseHTTPRequestHandler):
         api = self.server.api
         model = api.check_model(body)
         plan, mode = api.plan_chat(body)
-        # The `reasoning` break: as without a reasoning parser, the reasoning stays in content.
-        separate = (
-            mode is not None
-            and api.config.reasoning_parser is not None
-            and "reasoning" not in plan.breaks
-        )
+        separate = api.separates_reasoning(plan, mode)
         stream = bool(body.get("stream"))
         options = body.get("stream_options") or {}
         request = _Request(
@@ -278,11 +273,7 @@ class ApiHandler(BaseHTTPRequestHandler):
         except ApiError as error:
             self._send_json(error.status, anthropic_error(error))
             return
-        separate = (
-            mode is not None
-            and api.config.reasoning_parser is not None
-            and "reasoning" not in plan.breaks
-        )
+        separate = api.separates_reasoning(plan, mode)
         request = _Request(
             self, model, plan, kind="messages", separate_reasoning=separate, include_usage=True
         )
@@ -299,11 +290,7 @@ class ApiHandler(BaseHTTPRequestHandler):
             plan, mode = api.plan_chat(body)
         except ApiError as error:
             raise limit_error(error) from None
-        separate = (
-            mode is not None
-            and api.config.reasoning_parser is not None
-            and "reasoning" not in plan.breaks
-        )
+        separate = api.separates_reasoning(plan, mode)
         request = _Request(
             self, model, plan, kind="responses", separate_reasoning=separate, include_usage=True
         )

@@ -410,6 +410,20 @@ class Stream:
             events.append(self._event("response.content_part.added", {**where, "part": part}))
         return events
 
+    def _text(self, kind: str, text: str) -> list[Event]:
+        """A reasoning or message delta: its item opened unless it is the open one, then the
+        delta event (a message's carries its logprobs, empty)."""
+        events = [] if self.open is not None and self.open["type"] == kind else self._open(kind)
+        assert self.open is not None
+        self.open["text"] += text
+        where = {"content_index": 0, "item_id": self.open["id"], "output_index": len(self.output)}
+        if kind == "reasoning":
+            events.append(self._event("response.reasoning_text.delta", {**where, "delta": text}))
+        else:
+            payload = {**where, "delta": text, "logprobs": []}
+            events.append(self._event("response.output_text.delta", payload))
+        return events
+
     def feed(self, chunk: Mapping[str, Any]) -> list[Event]:
         """The events one chat completion chunk makes (the usage chunk goes to finish())."""
         choice = chunk["choices"][0]
@@ -417,28 +431,9 @@ class Stream:
         delta = choice.get("delta") or {}
         events: list[Event] = []
         if delta.get("reasoning"):
-            if self.open is None or self.open["type"] != "reasoning":
-                events += self._open("reasoning")
-            assert self.open is not None
-            self.open["text"] += delta["reasoning"]
-            where = {"content_index": 0, "item_id": self.open["id"],
-                     "output_index": len(self.output)}  # fmt: skip
-            events.append(
-                self._event("response.reasoning_text.delta", {**where, "delta": delta["reasoning"]})
-            )
+            events += self._text("reasoning", delta["reasoning"])
         if delta.get("content"):
-            if self.open is None or self.open["type"] != "message":
-                events += self._open("message")
-            assert self.open is not None
-            self.open["text"] += delta["content"]
-            where = {"content_index": 0, "item_id": self.open["id"],
-                     "output_index": len(self.output)}  # fmt: skip
-            events.append(
-                self._event(
-                    "response.output_text.delta",
-                    {**where, "delta": delta["content"], "logprobs": []},
-                )
-            )
+            events += self._text("message", delta["content"])
         for call in delta.get("tool_calls") or []:
             function = call.get("function") or {}
             if call.get("id") and function.get("name"):
