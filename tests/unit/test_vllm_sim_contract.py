@@ -12,6 +12,8 @@ reason, and a difference found but not named there fails.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -243,3 +245,21 @@ def test_the_metrics_the_product_reads_are_the_engines(sim: dict[str, Any]) -> N
     for name, kind in ours.items():
         if name.startswith("vllm:") and name not in speculative:
             assert theirs.get(name) == kind, (name, kind, theirs.get(name))
+
+
+def test_uvicorns_lines_go_to_stderr_and_vllms_to_stdout() -> None:
+    """As the real engine writes them (seen on the lab engine's `docker logs`: its ready line,
+    `Application startup complete.`, is on stderr; docs/PERFORMANCE.md, "The real engine"), so a
+    reader of one stream alone fails on the simulator too."""
+    script = (
+        "from gx10.lab.simulators.vllm_sim.log import Log\n"
+        "log = Log('(APIServer pid=1) ')\n"
+        "log.info_at('api_server.py:1', 'Starting vLLM API server')\n"
+        "log.uvicorn('Application startup complete.')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "Starting vLLM API server" in done.stdout
+    assert "Application startup complete." not in done.stdout
+    assert done.stderr.strip() == "(APIServer pid=1) INFO:     Application startup complete."

@@ -11,25 +11,36 @@ LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "CRITICAL": 50}
 
 
 class Log:
-    """vLLM's log format: `(Proc pid=N) LEVEL MM-DD HH:MM:SS [file.py:line] message` on stdout."""
+    """vLLM's log format: `(Proc pid=N) LEVEL MM-DD HH:MM:SS [file.py:line] message` on stdout;
+    uvicorn's own lines on stderr, as the real engine writes them (a log read from one stream
+    alone misses its ready line: bench/boot_cache.py reads both). With `out` given and no
+    `err`, everything goes to `out`."""
 
     _lock = threading.Lock()
 
-    def __init__(self, prefix: str = "", level: str = "INFO", out: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        prefix: str = "",
+        level: str = "INFO",
+        out: TextIO | None = None,
+        err: TextIO | None = None,
+    ) -> None:
         self.prefix = prefix
         self.level = LEVELS.get(level, 20)
         self.out = out if out is not None else sys.stdout
+        self.err = err if err is not None else (self.out if out is not None else sys.stderr)
 
     def child(self, prefix: str) -> Log:
-        log = Log(prefix, "INFO", self.out)
+        log = Log(prefix, "INFO", self.out, self.err)
         log.level = self.level
         return log
 
-    def raw(self, text: str) -> None:
+    def raw(self, text: str, stream: TextIO | None = None) -> None:
+        target = self.out if stream is None else stream
         with self._lock:
             for line in text.splitlines() or [""]:
-                self.out.write(f"{self.prefix}{line}\n")
-            self.out.flush()
+                target.write(f"{self.prefix}{line}\n")
+            target.flush()
 
     def _emit(self, level: str, where: str, message: str) -> None:
         if LEVELS[level] < self.level:
@@ -51,7 +62,7 @@ class Log:
 
     def uvicorn(self, message: str) -> None:
         """uvicorn's own lines (`INFO:     Application startup complete.`)."""
-        self.raw(f"INFO:     {message}")
+        self.raw(f"INFO:     {message}", self.err)
 
 
 def torch_stamp() -> str:
