@@ -26,3 +26,7 @@ class PlaybookNotFoundError(Gx10Error):
 
 class RunnerSetupError(Gx10Error):
     """ansible-runner could not be set up (missing ansible-playbook, bad private data dir, ...)."""
+
+
+class LimitError(Gx10Error):
+    """A --limit that selects no node of the inventory (or that Ansible cannot read)."""

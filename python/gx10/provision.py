@@ -13,6 +13,7 @@ import os
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -29,6 +30,7 @@ from ansible_runner.exceptions import ConfigurationError
 
 from gx10.errors import (
     InventoryNotFoundError,
+    LimitError,
     PlaybookNotFoundError,
     RunnerSetupError,
 )
@@ -101,12 +103,53 @@ class ProvisionResult:
         }
 
 
-def with_controller(limit: str | None) -> str | None:
-    """A node limit plus `localhost`, where the pipeline's controller-side plays run."""
+def with_controller(
+    limit: str | None,
+    inventory: Path | None = None,
+    envvars: Mapping[str, str] | None = None,
+) -> str | None:
+    """A node limit plus `localhost`, where the pipeline's controller-side plays run.
+
+    Ansible applies a limit's exclusions (`!x`) and intersections (`&x`) after the union of its
+    other patterns, to every host: `!gx10-b,localhost` selects localhost alone, and an
+    intersection would drop localhost too. Such a limit is resolved against `inventory` to the
+    nodes it selects (`limit_hosts`), and localhost is added to those; LimitError when it
+    selects none.
+    """
     if not limit or limit.strip() in ("all", "*"):
         return limit
     patterns = [p.strip() for p in limit.replace(":", ",").split(",") if p.strip()]
-    return limit if "localhost" in patterns else f"{limit},localhost"
+    if not any(p.startswith(("!", "&")) for p in patterns):
+        return limit if "localhost" in patterns else f"{limit},localhost"
+    if inventory is None:
+        raise LimitError(f"limit {limit!r}: an exclusion or intersection needs the inventory")
+    hosts = [h for h in limit_hosts(inventory, limit, envvars or {}) if h != "localhost"]
+    if not hosts:
+        raise LimitError(
+            f"limit {limit!r} selects no node of inventory {inventory}: name at least one of "
+            "its nodes (`ansible all -i INVENTORY --limit LIMIT --list-hosts` shows the selection)"
+        )
+    return ",".join([*hosts, "localhost"])
+
+
+def limit_hosts(inventory: Path, limit: str, envvars: Mapping[str, str]) -> list[str]:
+    """The inventory hosts `limit` selects, as ansible-playbook's --limit selects them (asked
+    of `ansible --list-hosts` with the same configuration)."""
+    env = {**os.environ, **envvars}
+    beside = Path(sys.executable).parent / "ansible"  # as _ansible_on_path() prefers it
+    ansible = str(beside) if beside.is_file() else shutil.which("ansible", path=env.get("PATH"))
+    if ansible is None:
+        raise RunnerSetupError("ansible not found on PATH; install ansible-core")
+    done = subprocess.run(
+        [ansible, "all", "-i", str(inventory), "--limit", limit, "--list-hosts"],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        if "no hosts" in (done.stdout + done.stderr).lower():
+            return []
+        raise LimitError(f"limit {limit!r}: ansible could not read it: {done.stderr.strip()}")
+    lines = done.stdout.splitlines()
+    return [line.strip() for line in lines if line.startswith("    ") and line.strip()]
 
 
 def provision(
@@ -149,7 +192,7 @@ def provision(
                 inventory=str(inventory_path),
                 envvars=envvars,
                 extravars=dict(extravars) if extravars else None,
-                limit=with_controller(limit),
+                limit=with_controller(limit, inventory_path, envvars),
                 tags=_join(tags),
                 skip_tags=_join(skip_tags),
                 verbosity=verbosity or None,

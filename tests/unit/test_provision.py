@@ -26,7 +26,8 @@ from gx10 import (
     ProvisionResult,
     provision,
 )
-from gx10.paths import project_home
+from gx10.errors import LimitError
+from gx10.paths import ansible_cfg, project_home
 from gx10.provision import resolve_inventory, task_message, with_controller
 
 
@@ -361,3 +362,31 @@ def test_task_message_keeps_the_tail_of_long_output() -> None:
 )
 def test_a_node_limit_keeps_the_controller_plays(limit: str | None, expected: str | None) -> None:
     assert with_controller(limit) == expected
+
+
+LAB4 = Path(__file__).resolve().parents[2] / "inventories" / "lab4"
+
+
+@pytest.fixture(scope="module")
+def ansible_env() -> dict[str, str]:
+    return {"ANSIBLE_CONFIG": str(ansible_cfg(project_home()))}
+
+
+@pytest.mark.parametrize(
+    ("limit", "nodes"),
+    [
+        ("!gx10-b", ["gx10-a", "gx10-c", "gx10-d"]),
+        ("workers:&gx10-c", ["gx10-c"]),
+    ],
+)
+def test_an_exclusion_or_intersection_is_resolved_to_its_nodes_plus_the_controller(
+    limit: str, nodes: list[str], ansible_env: dict[str, str]
+) -> None:
+    """Ansible applies `!` and `&` after the union, to localhost too: `!gx10-b,localhost` would
+    select localhost alone. The limit is resolved to its nodes first (issue 29)."""
+    assert with_controller(limit, LAB4, ansible_env) == ",".join([*nodes, "localhost"])
+
+
+def test_a_limit_that_selects_no_node_is_refused_naming_it(ansible_env: dict[str, str]) -> None:
+    with pytest.raises(LimitError, match=r"limit '!gx10-a,!gx10-b,!gx10-c,!gx10-d' selects no"):
+        with_controller("!gx10-a,!gx10-b,!gx10-c,!gx10-d", LAB4, ansible_env)

@@ -57,8 +57,8 @@ def collect(
     result = provision(
         inventory,
         PLAYBOOK,
-        # The plan is computed on localhost (the validate play): keep it in any limit.
-        limit=f"{limit},localhost" if limit else None,
+        # provision() keeps localhost, where the validate play computes the plan, in any limit.
+        limit=limit,
         on_event=gathered,
         extravars=extravars,
     )
@@ -135,7 +135,7 @@ def measure_bandwidth_report(
     result = provision(
         inventory,
         BANDWIDTH_PLAYBOOK,
-        limit=f"{limit},localhost" if limit else None,
+        limit=limit,
         tags=BANDWIDTH_TAG,
         # Asked for explicitly, so measure even where the inventory leaves it out of site.yml.
         extravars={"fabric_bandwidth": True},
