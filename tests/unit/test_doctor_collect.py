@@ -416,7 +416,7 @@ def test_collect_reads_plan_and_evidence_from_events(
     assert result.hosts["gx10-a"].ok == 9
 
     c.collect("inv", limit="gx10-a")
-    assert calls[-1]["limit"] == "gx10-a,localhost"
+    assert calls[-1]["limit"] == "gx10-a"  # provision() adds localhost (test_provision)
 
 
 def test_collect_leaves_out_nodes_outside_the_limit(
@@ -516,7 +516,7 @@ def test_measure_bandwidth_reads_the_heads_report(monkeypatch: pytest.MonkeyPatc
     assert figures == {"gx10-b": {RAIL0: 9.79, RAIL1: 0.28}}
     assert calls[0]["playbook"] == "fabric.yml"
     assert calls[0]["tags"] == "fabric_bandwidth"
-    assert calls[0]["limit"] == "gx10-b,localhost"
+    assert calls[0]["limit"] == "gx10-b"  # provision() adds localhost (test_provision)
 
 
 def test_measure_bandwidth_without_a_report_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
