@@ -718,6 +718,36 @@ def test_status_gives_each_peers_age_since_its_last_heartbeat(
     assert report["peer"]["age"] == 3.5
 
 
+def test_a_head_that_did_not_run_hears_its_workers_before_judging_them(
+    make_pair: Callable[..., Pair], clock: FakeTime, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The head's own stall (suspended, starved of CPU) is not its worker's loss: the first
+    check after a gap over heartbeat_timeout waits a heartbeat interval for the worker to be
+    heard (its beats queued, unread, meanwhile), once in a row; a worker still silent after that
+    is lost."""
+    head = pair.Agent(json.loads((make_pair().dirs["a"] / "pair.json").read_text()), 1.0)
+    head.rank_active, head.current_gids = True, {}  # its rank runs; nothing pinned, no drift
+    head.refresh = lambda: None
+    probe: dict[str, float] = {"next": clock.now + 10_000, "stalls": 0, "checked": clock.now}
+    serving = {"generation": head.generation, "rank_active": True, "state": "serving"}
+    head.note_peer("node-b", serving)
+    clock.now += TIMINGS["heartbeat_interval"]
+    assert head.serving_check(probe) is None  # a normal tick
+    clock.now += TIMINGS["heartbeat_timeout"] + 5  # the head itself did not run
+    assert head.serving_check(probe) is None
+    assert "this agent did not run for 25.0s" in capfd.readouterr().err
+    head.note_peer("node-b", serving)  # the queued beat, read
+    clock.now += TIMINGS["heartbeat_interval"]
+    assert head.serving_check(probe) is None  # heard: nothing to restart
+    clock.now += TIMINGS["heartbeat_timeout"] + 5  # stalled again, and the worker silent
+    assert head.serving_check(probe) is None  # the grace again: the last check was on time
+    clock.now += TIMINGS["heartbeat_interval"]
+    assert head.serving_check(probe) == "worker-lost:no heartbeat from node-b for 29s"
+    clock.now += TIMINGS["heartbeat_timeout"] + 5  # a stall right after a check that judged
+    probe["graced"] = 1  # ... and one graced just before it: never two in a row
+    assert head.serving_check(probe) == "worker-lost:no heartbeat from node-b for 54s"
+
+
 def test_requests_with_a_bad_mac_a_stale_timestamp_or_a_replayed_nonce_are_refused(
     make_pair: Callable[..., Pair],
 ) -> None:
