@@ -49,6 +49,12 @@ class WebDriverError(RuntimeError):
     pass
 
 
+# Resolves after two animation frames: what the browser queued for a frame has been handled.
+FRAMES = "return new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
+SETTLED = """const e = document.elementFromPoint(arguments[0], arguments[1]);
+return e !== null && e.matches(':hover');"""
+
+
 class Browser:
     """One chromedriver process and one headless chromium session."""
 
@@ -174,6 +180,14 @@ class Browser:
                 "actions": [move, {"type": "pause", "duration": 50}],
             }
         )
+
+    def settled_at(self, x: float, y: float, timeout_s: float = 10.0) -> bool:
+        """Whether the page has taken the pointer at viewport (x, y): the element there is under
+        the pointer after two frames. Under load the browser may hold a move for the next frame
+        and merge it with the one after, or replay an older position after a scroll; a test that
+        moves the pointer twice waits for this between the moves."""
+        self.script(FRAMES)
+        return bool(self.wait(SETTLED, x, y, timeout_s=timeout_s))
 
     def keys(self, *keys: str) -> None:
         """Key presses, as a keyboard user types them (W3C key values, e.g. TAB)."""

@@ -137,9 +137,14 @@ return {case: tip.querySelector('b').textContent, rows: rows, visible: b.width >
 """
 
 
+SHOWING = """const tip = document.getElementById('tip');
+return {hidden: tip.hidden, case: tip.dataset.case || null,
+        under_pointer: [...document.querySelectorAll('.hot:hover')].map(e => e.dataset.case)};"""
+
+
 def tip_for(page: Browser, case_id: str) -> dict[str, Any]:
     shown = page.wait(TIP, case_id)
-    assert shown, f"no tooltip for {case_id}"
+    assert shown, f"no tooltip for {case_id}: {page.script(SHOWING)}"
     assert shown["visible"]
     return dict(shown)
 
@@ -147,10 +152,14 @@ def tip_for(page: Browser, case_id: str) -> dict[str, Any]:
 def rest_on(page: Browser, css: str, case_id: str) -> dict[str, Any]:
     """The pointer rests on the first of `css` that no other mark covers."""
     page.hover_at(1, 1)  # away first: a fresh pointerenter
+    assert page.settled_at(1, 1), "the page did not take the pointer's move away"
     page.script(
         "document.querySelectorAll('[data-probe]').forEach(e => e.removeAttribute('data-probe'))"
     )
     assert page.script(UNCOVERED, css, True) == case_id, f"every {css} is covered"
+    # The scroll moved the page under the resting pointer: its hover is updated first, so no
+    # late update replays a position from before this move.
+    assert page.settled_at(1, 1), "the page did not update the hover after its scroll"
     page.hover(page.find("[data-probe]"))
     return tip_for(page, case_id)
 
