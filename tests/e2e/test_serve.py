@@ -93,40 +93,6 @@ def test_a_dead_worker_restarts_both_ranks_and_they_boot_warm(served: ProvisionR
         assert "Compiling a graph" not in log
 
 
-def test_missing_nccl_env_file_names_the_node_and_the_fix(served: ProvisionResult) -> None:
-    node_sh("gx10-b", "mv /etc/gx10/nccl.env /etc/gx10/nccl.env.moved")
-    try:
-        result = _serve()
-    finally:
-        node_sh("gx10-b", "mv /etc/gx10/nccl.env.moved /etc/gx10/nccl.env")
-    assert not result.ok
-    failed = {t.host: t.message for t in result.failed_tasks}
-    assert "gx10-b" in failed
-    assert "/etc/gx10/nccl.env missing" in failed["gx10-b"]
-    assert "run the nccl stage first" in failed["gx10-b"]
-
-
-def test_an_unverified_checkpoint_is_refused_before_any_restart(served: ProvisionResult) -> None:
-    before = {n: _container_id(n) for n in ("gx10-a", "gx10-b")}
-    shard = f"{MODEL_DIR}/model-00003-of-00048.safetensors"
-    node_sh("gx10-b", f"printf 'X' | dd of={shard} bs=1 seek=10 conv=notrunc 2>/dev/null")
-    try:
-        result = _serve()
-        assert not result.ok
-        failed = {t.host: t.message for t in result.failed_tasks}
-        assert "gx10-b" in failed, failed
-        assert "model-00003-of-00048.safetensors" in failed["gx10-b"]
-        assert "run the model stage" in failed["gx10-b"]
-        assert {n: _container_id(n) for n in ("gx10-a", "gx10-b")} == before
-    finally:
-        repaired = provision(LAB_INVENTORY, "site.yml", tags=["model"])
-        assert repaired.ok, repaired.failed_tasks
-    # The model stage refetched the shard under the running pair and restarted nothing (the
-    # file's lab check verifies every copy, and what each rank sees, at its end).
-    assert repaired.changed_total > 0
-    assert {n: _container_id(n) for n in ("gx10-a", "gx10-b")} == before
-
-
 def _messages(result: ProvisionResult) -> str:
     return " ".join(t.message for t in result.failed_tasks)
 
@@ -139,14 +105,40 @@ LAB_ENV: dict[str, str] = yaml.safe_load(
 PHASES = {"start": 900, "weights": 1800, "compile": 3600, "graph_capture": 1800, "api": 600}
 
 
-def test_bad_phase_timeouts_are_refused_before_any_restart(served: ProvisionResult) -> None:
+def test_every_missing_input_is_named_before_any_restart(served: ProvisionResult) -> None:
+    """One serve run with three bad inputs, each on its own node or in the inventory: the
+    worker's NCCL environment file gone, a shard of the head's copy changed, bad boot phase
+    timeouts. The serve inputs check names each, with its node and its fix, and no rank restarts;
+    the model stage then refetches the shard under the running pair and restarts nothing."""
     before = {n: _container_id(n) for n in ("gx10-a", "gx10-b")}
-    result = _serve(vllm_serve_phase_timeouts={**PHASES, "compiling": 60, "api": 0})
-    assert not result.ok
-    message = _messages(result)
-    assert "boot phase timeouts (vllm_serve_phase_timeouts)" in message, message
-    assert "'compiling' is no phase" in message
-    assert "api: 0 is not a number of seconds >= 1" in message
+    shard = f"{MODEL_DIR}/model-00003-of-00048.safetensors"
+    node_sh("gx10-a", f"printf 'X' | dd of={shard} bs=1 seek=10 conv=notrunc 2>/dev/null")
+    node_sh("gx10-b", "mv /etc/gx10/nccl.env /etc/gx10/nccl.env.moved")
+    try:
+        result = _serve(vllm_serve_phase_timeouts={**PHASES, "compiling": 60, "api": 0})
+    finally:
+        node_sh("gx10-b", "mv /etc/gx10/nccl.env.moved /etc/gx10/nccl.env")
+    try:
+        assert not result.ok
+        failed = {t.host: t.message for t in result.failed_tasks}
+        assert set(failed) == {"gx10-a", "gx10-b"}, failed
+        assert "/etc/gx10/nccl.env missing" in failed["gx10-b"]
+        assert "run the nccl stage first" in failed["gx10-b"]
+        assert "nccl.env" not in failed["gx10-a"]
+        assert "model-00003-of-00048.safetensors" in failed["gx10-a"]
+        assert "run the model stage" in failed["gx10-a"]
+        assert "model-00003-of-00048.safetensors" not in failed["gx10-b"]
+        for message in failed.values():
+            assert "boot phase timeouts (vllm_serve_phase_timeouts)" in message, message
+            assert "'compiling' is no phase" in message
+            assert "api: 0 is not a number of seconds >= 1" in message
+        assert {n: _container_id(n) for n in ("gx10-a", "gx10-b")} == before
+    finally:
+        repaired = provision(LAB_INVENTORY, "site.yml", tags=["model"])
+        assert repaired.ok, repaired.failed_tasks
+    # The model stage refetched the shard under the running pair and restarted nothing (the
+    # file's lab check verifies every copy, and what each rank sees, at its end).
+    assert repaired.changed_total > 0
     assert {n: _container_id(n) for n in ("gx10-a", "gx10-b")} == before
 
 
