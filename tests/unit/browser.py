@@ -50,7 +50,7 @@ class WebDriverError(RuntimeError):
 
 
 # Resolves after two animation frames: what the browser queued for a frame has been handled.
-FRAMES = "return new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
+FRAMES = "return new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
 SETTLED = """const e = document.elementFromPoint(arguments[0], arguments[1]);
 return e !== null && e.matches(':hover');"""
 

@@ -218,19 +218,37 @@ def test_the_endpoint_is_https_behind_a_gateway_with_tls(tmp_path: Path) -> None
         """,
     )
     assert load_cluster([plain_path]).endpoint == "http://spark-1:8443"
+    # The plan's rule (cluster_plan.endpoint): TLS is a certificate and its key, both files on
+    # the controller; one without the other is plain HTTP here (and refused by validation).
+    for name in ("gateway.crt", "gateway.key"):
+        (tmp_path / name).write_text("PEM\n", encoding="utf-8")
     tls_path = inventory(
         tmp_path / "tls",
-        """
+        f"""
         all:
           children:
             head:
               hosts:
                 spark-1:
-                  gx10_gateway_enabled: "{{ true }}"
-                  gx10_gateway_tls_cert: /etc/gx10/gateway.crt
+                  gx10_gateway_enabled: "{{{{ true }}}}"
+                  gx10_gateway_tls_cert: {tmp_path}/gateway.crt
+                  gx10_gateway_tls_key: {tmp_path}/gateway.key
         """,
     )
     assert load_cluster([tls_path]).endpoint == "https://spark-1:8000"
+    half_path = inventory(
+        tmp_path / "half",
+        f"""
+        all:
+          children:
+            head:
+              hosts:
+                spark-1:
+                  gx10_gateway_enabled: true
+                  gx10_gateway_tls_cert: {tmp_path}/gateway.crt
+        """,
+    )
+    assert load_cluster([half_path]).endpoint == "http://spark-1:8000"
     off_path = inventory(
         tmp_path / "off",
         """

@@ -12,7 +12,8 @@ A node's command transport follows its connection variables:
 - `ansible_become: true` adds `sudo -n` (never a password prompt) to the commands that need root
   (the node's gx10-gpu-clock tool); telemetry (nvidia-smi) runs unprivileged.
 
-The endpoint is computed as playbooks/smoke.yml does: `gx10_api_host | ansible_host | name`, port
+The endpoint is the cluster plan's (module_utils/cluster_plan.py `endpoint`, which the smoke stage
+and gx10 doctor read from the validated plan): `gx10_api_host | ansible_host | name`, port
 `gx10_serve_port` (8000), https behind an API gateway with TLS (`gx10_gateway_enabled`,
 `gx10_gateway_tls_cert`; the inventory's key is one the gateway accepts); the model
 `vllm_serve_served_model_name` (deepseek-v4-flash); the API key `vllm_serve_api_key` (kept out
@@ -31,12 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gx10 import _collection
 from gx10.errors import Gx10Error, InventoryNotFoundError
 from gx10.paths import ansible_cfg, project_home
 
 DEFAULT_TOOL = "/usr/local/sbin/gx10-gpu-clock"
 DEFAULT_MODEL = "deepseek-v4-flash"
-DEFAULT_PORT = 8000
 DOCKER_CONNECTIONS = frozenset(
     {"docker", "community.docker.docker", "community.docker.docker_api", "docker_api"}
 )
@@ -200,12 +201,18 @@ _NODE_VARS = (
     "gpu_clock_tool",
     "gx10_nvidia_smi",
 )
+# What cluster_plan.endpoint reads (API_HOST_VARS, and the gateway's variables but its service key,
+# which bench reads only when it needs it), and the served model's name.
 _HEAD_VARS = (
     "gx10_api_host",
+    "ansible_host",
     "gx10_serve_port",
-    "vllm_serve_served_model_name",
     "gx10_gateway_enabled",
+    "gx10_gateway_address",
+    "gx10_gateway_engine_port",
     "gx10_gateway_tls_cert",
+    "gx10_gateway_tls_key",
+    "vllm_serve_served_model_name",
 )
 
 
@@ -314,8 +321,6 @@ def load_cluster(
             )
         )
     head = nodes[0]
-    api_host = head_vars.get("gx10_api_host") or head_vars.get("ansible_host") or head.name
-    port = head_vars.get("gx10_serve_port") or DEFAULT_PORT
     model = head_vars.get("vllm_serve_served_model_name") or DEFAULT_MODEL
     settings = read(hosts[0][1], extra) if extra else {}
     api_key = ""
@@ -324,18 +329,11 @@ def load_cluster(
     return Cluster(
         sources=tuple(sources),
         nodes=tuple(nodes),
-        endpoint=f"{endpoint_scheme(head_vars)}://{api_host}:{port}",
+        endpoint=str(_collection.load("cluster_plan").endpoint(head.name, head_vars)["base"]),
         model=str(model),
         api_key=api_key,
         settings=settings,
     )
-
-
-def endpoint_scheme(head_vars: Mapping[str, Any]) -> str:
-    """https behind an API gateway with TLS (roles/api_gateway), as the plan's gateway says."""
-    gateway = head_vars.get("gx10_gateway_enabled")
-    tls = str(head_vars.get("gx10_gateway_tls_cert") or "").strip()
-    return "https" if gateway is not None and _truthy(gateway) and tls else "http"
 
 
 def spawn_piped(argv: Sequence[str]) -> subprocess.Popen[str]:

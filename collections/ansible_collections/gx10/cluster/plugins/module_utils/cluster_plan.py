@@ -143,8 +143,12 @@ METRICS_ENABLED_VAR = "metrics_exporter_enabled"
 METRICS_PORT_VAR = "metrics_exporter_port"
 METRICS_INTERVAL_VAR = "metrics_exporter_gpu_interval"
 METRICS_VARS = (METRICS_ENABLED_VAR, METRICS_PORT_VAR, METRICS_INTERVAL_VAR)
+# Where the controller reaches a node's API (the smoke stage, gx10 doctor, status and bench):
+# the first of these that is set, else the inventory name.
+API_HOST_VARS = ("gx10_api_host", "ansible_host")
 NODE_VARS = (
     *CLUSTER_VARS,
+    *API_HOST_VARS,
     "gx10_node_id",
     "gx10_mgmt_interface",
     RDMA_DEVICES_VAR,
@@ -299,7 +303,35 @@ def build_plan(
         "model_dir": analysis.model_dir,
         "supervised": analysis.supervised,
         "gateway": dict(analysis.gateway),
+        "endpoint": _endpoint(head, hostvars.get(head) or {}, analysis.gateway),
         "serving": analysis.serving,
+    }
+
+
+def endpoint(head: str, head_vars: Mapping[str, Any]) -> dict[str, Any]:
+    """The service's API as the controller reaches it (the plan's ``endpoint``), from the head's
+    variables alone: its host (``API_HOST_VARS``, else ``head``), the port clients use
+    (``gx10_serve_port``: the engine's, or the gateway's in front of it) and https behind a gateway
+    with TLS. ``base`` is the server root (/health, /metrics), ``url`` the OpenAI base (/v1). For
+    a valid inventory this is what the validate play puts in the plan; callers that read an
+    inventory without validating it (gx10 bench) get the same answer."""
+    return _endpoint(head, head_vars, _check_gateway(head_vars, []))
+
+
+def _endpoint(
+    head: str, head_vars: Mapping[str, Any], gateway: Mapping[str, Any]
+) -> dict[str, Any]:
+    host = next(
+        (str(head_vars[name]).strip() for name in API_HOST_VARS if _is_set(head_vars.get(name))),
+        head,
+    )
+    base = f"{gateway['scheme']}://{host}:{gateway['port']}"
+    return {
+        "scheme": gateway["scheme"],
+        "host": host,
+        "port": gateway["port"],
+        "base": base,
+        "url": f"{base}/v1",
     }
 
 

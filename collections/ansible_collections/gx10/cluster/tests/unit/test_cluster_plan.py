@@ -23,6 +23,7 @@ from ansible_collections.gx10.cluster.plugins.module_utils.cluster_plan import (
     NODE_VARS,
     ClusterPlanError,
     build_plan,
+    endpoint,
     format_errors,
     select_node_vars,
     validate_cluster,
@@ -175,7 +176,43 @@ def test_default_plan_for_two_nodes() -> None:
             "tls_key": "",
             "scheme": "http",
         },
+        "endpoint": {
+            "scheme": "http",
+            "host": "gx10-a",
+            "port": 8000,
+            "base": "http://gx10-a:8000",
+            "url": "http://gx10-a:8000/v1",
+        },
     }
+
+
+def test_the_endpoint_is_the_heads_api_host_and_the_port_clients_use(tmp_path: Path) -> None:
+    """One computation for the smoke stage, gx10 doctor and status (the plan's) and gx10 bench
+    (cluster_plan.endpoint on an unvalidated inventory): they agree."""
+    by_name = {"gx10-a": {"ansible_host": "10.0.0.5"}, "gx10-b": {"gx10_api_host": "10.0.0.6"}}
+    plan = build_plan(TWO, by_name)
+    assert plan["endpoint"]["url"] == "http://10.0.0.5:8000/v1"  # only the head's vars count
+    both = {"gx10_api_host": "172.31.240.10", "ansible_host": "10.0.0.5", "gx10_serve_port": "9000"}
+    plan = build_plan(TWO, {"gx10-a": both})
+    assert plan["endpoint"]["base"] == "http://172.31.240.10:9000"
+    assert plan["endpoint"]["port"] == 9000
+    assert endpoint("gx10-a", both) == plan["endpoint"]
+    cert, key = tmp_path / "gw.crt", tmp_path / "gw.key"
+    for path in (cert, key):
+        path.write_text("PEM\n", encoding="utf-8")
+    gated = {
+        "gx10_gateway_enabled": True,
+        "gx10_gateway_tls_cert": str(cert),
+        "gx10_gateway_tls_key": str(key),
+        "vllm_serve_api_key": "k",
+        "gx10_api_host": "spark-1.lan",
+    }
+    plan = build_plan(TWO, {"gx10-a": gated})
+    assert plan["endpoint"]["url"] == "https://spark-1.lan:8000/v1"
+    assert plan["gateway"]["engine_port"] == 8001  # the engine behind it: not the endpoint
+    assert endpoint("gx10-a", gated) == plan["endpoint"]
+    # An inventory that would not validate still gets an answer: plain HTTP, the defaults.
+    assert endpoint("gx10-a", {"gx10_gateway_enabled": "yes"})["url"] == "http://gx10-a:8000/v1"
 
 
 def test_plan_is_json_serialisable_and_plain() -> None:
@@ -1184,8 +1221,8 @@ def test_two_node_direct_plan_is_the_same_as_with_no_topology() -> None:
 
 def test_lab_plan_is_byte_for_byte_what_integ2_built() -> None:
     """The lab inventory read with Ansible's own loader, as the validate stage reads it: the plan
-    (without `serving`, tested in test_serve_plan.py, and the new `topology`) is the text the
-    integ2 code printed before topologies existed (fixtures/cluster_plan/README.md)."""
+    (without `serving`, tested in test_serve_plan.py, and the newer `topology` and `endpoint`) is
+    the text the integ2 code printed before topologies existed (fixtures/cluster_plan/README.md)."""
     loader = DataLoader()
     inventory = InventoryManager(loader=loader, sources=[str(REPO / "inventories" / "lab")])
     variables = VariableManager(loader=loader, inventory=inventory)
@@ -1198,6 +1235,7 @@ def test_lab_plan_is_byte_for_byte_what_integ2_built() -> None:
     plan = build_plan(groups, hostvars)
     plan.pop("serving")
     assert plan.pop("topology") == "direct"
+    assert plan.pop("endpoint")["url"] == "http://172.31.240.10:8000/v1"  # the head's API host
     expected = (FIXTURES / "lab-plan-integ2.json").read_text()
     assert json.dumps(plan, indent=1) + "\n" == expected
 
