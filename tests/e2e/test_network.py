@@ -215,28 +215,33 @@ def test_node_replaced_by_a_fresh_machine_converges_on_re_apply(
 
 
 # Renders the role's own template with the role's own variables (vars/main.yml, from the cluster
-# plan the validate play computes) on each lab node, into a scratch root for `netplan generate`.
+# plan the validate play computes) on each lab node, once per renderer, each into its own scratch
+# root for `netplan generate`: one run for both renderers.
 RENDER_PLAYBOOK = """
 - name: Validate the inventory and compute the cluster plan
   ansible.builtin.import_playbook: {root}/playbooks/validate.yml
 
-- name: Render the rails netplan file into a scratch root
+- name: Render the rails netplan file into a scratch root per renderer
   hosts: head:workers
   gather_facts: false
   vars_files:
     - {root}/roles/rail_network/vars/main.yml
   tasks:
-    - name: Create the scratch netplan directory
+    - name: Create the scratch netplan directories
       ansible.builtin.file:
-        path: "{{{{ gx10_test_root }}}}/etc/netplan"
+        path: "{{{{ gx10_test_root }}}}-{{{{ item }}}}/etc/netplan"
         state: directory
         mode: "0700"
+      loop: "{{{{ gx10_test_renderers }}}}"
 
     - name: Render the template
       ansible.builtin.template:
         src: {root}/roles/rail_network/templates/60-gx10-rails.yaml.j2
-        dest: "{{{{ gx10_test_root }}}}/etc/netplan/60-gx10-rails.yaml"
+        dest: "{{{{ gx10_test_root }}}}-{{{{ item }}}}/etc/netplan/60-gx10-rails.yaml"
         mode: "0600"
+      vars:
+        rail_network_renderer: "{{{{ item }}}}"
+      loop: "{{{{ gx10_test_renderers }}}}"
 """
 
 
@@ -269,33 +274,36 @@ def generated(node: str, root: str, directory: str, suffix: str) -> dict[str, st
     }
 
 
-@pytest.fixture
-def rendered(
-    converged: ProvisionResult, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[str]:
-    """The role's rails file for request.param's renderer, rendered into /tmp on both nodes."""
-    renderer = request.param
-    root = f"/tmp/gx10-test-netplan-{renderer}"
-    playbook = tmp_path / "render.yml"
+RENDERERS = ("NetworkManager", "networkd")
+RENDER_ROOT = "/tmp/gx10-test-netplan"
+
+
+@pytest.fixture(scope="module")
+def renders(
+    converged: ProvisionResult, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
+    """The role's rails file for each renderer, rendered into /tmp on both nodes: renderer ->
+    its scratch root."""
+    roots = {renderer: f"{RENDER_ROOT}-{renderer}" for renderer in RENDERERS}
+    playbook = tmp_path_factory.mktemp("render") / "render.yml"
     playbook.write_text(RENDER_PLAYBOOK.format(root=ROOT))
     for node in NODES:
-        node_sh(node, f"rm -rf {root}")
+        node_sh(node, f"rm -rf {' '.join(roots.values())}")
     try:
         result = provision(
             LAB_INVENTORY,
             playbook,
-            extravars={"rail_network_renderer": renderer, "gx10_test_root": root},
+            extravars={"gx10_test_renderers": list(RENDERERS), "gx10_test_root": RENDER_ROOT},
         )
         assert result.ok, result.failed_tasks
-        yield root
+        yield roots
     finally:
         for node in NODES:
-            node_sh(node, f"rm -rf {root}", check=False)
+            node_sh(node, f"rm -rf {' '.join(roots.values())}", check=False)
 
 
-@pytest.mark.parametrize("rendered", ["NetworkManager"], indirect=True)
-def test_networkmanager_rails_get_ipv6_disabled_from_real_netplan(rendered: str) -> None:
-    root = rendered
+def test_networkmanager_rails_get_ipv6_disabled_from_real_netplan(renders: dict[str, str]) -> None:
+    root = renders["NetworkManager"]
     for node in NODES:
         node_sh(node, f"netplan generate --root-dir {root}")
         profiles = generated(node, root, "run/NetworkManager/system-connections", ".nmconnection")
@@ -322,9 +330,8 @@ def test_networkmanager_rails_get_ipv6_disabled_from_real_netplan(rendered: str)
             assert values(entries, "ethernet", "mtu") == ["9000"], (node, netdev, entries)
 
 
-@pytest.mark.parametrize("rendered", ["networkd"], indirect=True)
-def test_networkd_rails_get_no_link_local_from_real_netplan(rendered: str) -> None:
-    root = rendered
+def test_networkd_rails_get_no_link_local_from_real_netplan(renders: dict[str, str]) -> None:
+    root = renders["networkd"]
     for node in NODES:
         node_sh(node, f"netplan generate --root-dir {root}")
         profiles = generated(node, root, "run/NetworkManager/system-connections", ".nmconnection")

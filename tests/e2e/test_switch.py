@@ -167,12 +167,12 @@ def test_the_workers_copy_down_the_chain_the_head_sending_the_checkpoint_once(
     )  # fmt: skip
     print(run.stdout)
     assert run.returncode == 0, run.stdout + run.stderr
-    # The ranks still run on the replaced copies: the next test's serve.yml verifies them again.
+    # The ranks still run on the replaced copies: the next test's ordered restart of all four
+    # starts them on the new ones.
 
 
 # The last test of the file: four supervised nodes (gx10-pair agents, the lab's fast timings).
 AGENT = "/usr/local/lib/gx10/pair/gx10-pair"
-SUPERVISED = {"vllm_supervisor_enabled": True}
 
 
 def _agent_state(node: str) -> dict[str, Any]:
@@ -202,15 +202,14 @@ def _until(what: str, test: Any, timeout: float) -> None:
     raise AssertionError(f"not {what} within {timeout:.0f} s; agents: {states}")
 
 
-@pytest.fixture
-def supervised4(converged: ProvisionResult) -> None:
-    """The four nodes supervised. Left so: the file is the last before test_lab.py, which takes
-    the lab down (a stop.yml here would be 12 s of nothing)."""
-    result = provision(LAB4, "serve.yml", extravars=SUPERVISED)
-    assert result.ok, _messages(result)
-
-
-def test_supervised_a_crashed_rank_restarts_all_four_workers_first(supervised4: None) -> None:
+def test_supervised_a_crashed_rank_restarts_all_four_workers_first(
+    converged: ProvisionResult,
+) -> None:
+    """inventories/lab4 runs supervised from its converge (the production shape): the agents
+    own the four ranks. Left so: the file is the last before test_lab.py, which takes the lab
+    down."""
+    for node in CFG4.nodes:
+        assert node_sh(node, "systemctl is-active gx10-pair.service").strip() == "active", node
     _until("serving", _group_serving, 120)
     before = {node: _container(node) for node in CFG4.nodes}
     lab.kill_rank("gx10-d", CFG4, log=lambda line: None)

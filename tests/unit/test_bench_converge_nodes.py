@@ -28,7 +28,10 @@ class FakeLab:
     def up(self, cfg: lab.LabConfig, log: Any = None) -> None:
         self.calls.append(f"up {len(cfg.nodes)}")
 
-    def provision(self, inventory: Path, playbook: str) -> Any:
+    def provision(
+        self, inventory: Path, playbook: str, extravars: dict[str, Any] | None = None
+    ) -> Any:
+        assert extravars == {"vllm_supervisor_enabled": True}  # both counts supervised
         name = inventory.name
         self.runs[name] = self.runs.get(name, 0) + 1
         first = self.runs[name] % 2 == 1
