@@ -68,7 +68,7 @@ ALLOWED_SITE_RUNS: dict[tuple[str, str], str] = {
     ("test_serve.py", "test_a_wrong_gid_index_fails_like_nccl_and_stops_the_pair"): (
         "site.yml --tags nccl rewrites the broken nccl.env: the corrected re-apply is the test"
     ),
-    ("test_serve.py", "test_an_unverified_checkpoint_is_refused_before_any_restart"): (
+    ("test_serve.py", "test_every_missing_input_is_named_before_any_restart"): (
         "site.yml --tags model repairs the corrupted shard the refusal was tested on"
     ),
     ("test_switch.py", "test_reapply_changes_nothing"): (
