@@ -222,32 +222,17 @@ def test_the_endpoint_is_https_behind_a_gateway_with_tls(tmp_path: Path) -> None
     # the controller; one without the other is plain HTTP here (and refused by validation).
     for name in ("gateway.crt", "gateway.key"):
         (tmp_path / name).write_text("PEM\n", encoding="utf-8")
-    tls_path = inventory(
-        tmp_path / "tls",
-        f"""
-        all:
-          children:
-            head:
-              hosts:
-                spark-1:
-                  gx10_gateway_enabled: "{{{{ true }}}}"
-                  gx10_gateway_tls_cert: {tmp_path}/gateway.crt
-                  gx10_gateway_tls_key: {tmp_path}/gateway.key
-        """,
-    )
+
+    def head_with(name: str, *lines: str) -> Path:
+        host = "\n".join(f"          {line}" for line in lines)
+        text = f"all:\n  children:\n    head:\n      hosts:\n        spark-1:\n{host}\n"
+        return inventory(tmp_path / name, text)
+
+    cert = f"gx10_gateway_tls_cert: {tmp_path}/gateway.crt"
+    key = f"gx10_gateway_tls_key: {tmp_path}/gateway.key"
+    tls_path = head_with("tls", 'gx10_gateway_enabled: "{{ true }}"', cert, key)
     assert load_cluster([tls_path]).endpoint == "https://spark-1:8000"
-    half_path = inventory(
-        tmp_path / "half",
-        f"""
-        all:
-          children:
-            head:
-              hosts:
-                spark-1:
-                  gx10_gateway_enabled: true
-                  gx10_gateway_tls_cert: {tmp_path}/gateway.crt
-        """,
-    )
+    half_path = head_with("half", "gx10_gateway_enabled: true", cert)
     assert load_cluster([half_path]).endpoint == "http://spark-1:8000"
     off_path = inventory(
         tmp_path / "off",
