@@ -206,9 +206,12 @@ class Gateway:
         self.port = port
         self.log = base / "haproxy.log"
         self.socket = base / "run" / "admin.sock"
+        # The master's own CLI (test equipment: the unit does not open one). It answers from
+        # the master's event loop, so only once its signal handlers are set.
+        self.master = base / "run" / "master.sock"
         self._out = self.log.open("w")
         self.proc = subprocess.Popen(
-            [HAPROXY, "-W", "-f", str(config)],
+            [HAPROXY, "-W", "-S", str(self.master), "-f", str(config)],
             stdin=subprocess.DEVNULL,
             stdout=self._out,
             stderr=subprocess.STDOUT,
@@ -229,8 +232,23 @@ class Gateway:
     def workers(self) -> str:
         return self.log.read_text().count("New worker")
 
+    def _master_answers(self) -> bool:
+        """The master answers `show proc` on its CLI: it runs its event loop (after a start or a
+        reload's re-exec, whose "Loading success" it logs before its handlers are set again)."""
+        assert self.proc.poll() is None, self.log.read_text()
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(5)
+            try:
+                s.connect(str(self.master))
+                s.sendall(b"show proc\n")
+                return b"master" in s.recv(4096)
+            except OSError:
+                return False
+
     def reload(self) -> None:
-        """What `systemctl reload` does to the unit: SIGUSR2 to the master."""
+        """What `systemctl reload` does to the unit: SIGUSR2 to the master, once the master can
+        take it (under load, a second reload could reach a master still re-executing itself)."""
+        _until("the master ready for a reload", self._master_answers)
         loaded = self.log.read_text().count("Loading success")
         os.kill(self.proc.pid, signal.SIGUSR2)
         _until("reloaded", lambda: self.log.read_text().count("Loading success") > loaded)
