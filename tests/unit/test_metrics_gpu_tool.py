@@ -288,11 +288,12 @@ def test_a_real_node_exporter_serves_the_file(tmp_path: Path) -> None:
         assert served.family(name) is not None, f"node exporter serves no {name}"
 
 
-# The root daemons' stop on SIGTERM (this tool's, and the pair supervisor's, gx10-pair): a Python
-# signal handler runs in the main thread between two bytecodes, possibly inside the stop Event's
-# wait() while that holds the Event's lock. A handler calling Event.set() there waits for itself
-# forever: a SIGTERM'd daemon that never exits (CI saw this tool hang). Here the main thread holds
-# the lock when the signal comes: the stop must still arrive, from the tools' signal thread.
+# The root tools' stop on SIGTERM (this daemon's, the pair supervisor's gx10-pair, and the clock
+# session of gx10-gpu-clock): a Python signal handler runs in the main thread between two
+# bytecodes, possibly inside the stop Event's wait() while that holds the Event's lock. A handler
+# calling Event.set() there waits for itself forever: a SIGTERM'd daemon that never exits (a fresh
+# clone's unit run saw this one hang). Here the main thread holds the lock when the signal comes:
+# the stop must still arrive, from the tool's signal thread.
 SIGNAL_UNDER_THE_LOCK = """
 import os, signal, sys, threading, time
 from importlib.machinery import SourceFileLoader
@@ -300,27 +301,35 @@ from importlib.util import module_from_spec, spec_from_loader
 loader = SourceFileLoader("tool", sys.argv[1])
 tool = sys.modules["tool"] = module_from_spec(spec_from_loader("tool", loader))
 loader.exec_module(tool)
+reason = ["none"]
 if sys.argv[2] == "metrics":
     stop = tool.stop_on_signals()
-else:
+elif sys.argv[2] == "pair":
     stop = threading.Event()
     tool.shutdown_on_signals(stop.set)
+else:
+    stop = threading.Event()
+    tool.end_on_signals(stop, reason)
 with stop._cond:  # as inside Event.wait()
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(0.3)  # the handler runs in this thread meanwhile
-print("stopped" if stop.wait(10) else "not stopped", flush=True)
+print("stopped" if stop.wait(10) else "not stopped", reason[0], flush=True)
 """
 PAIR = ROOT / "roles" / "vllm_supervisor" / "files" / "gx10-pair"
+CLOCK = ROOT / "roles" / "gpu_clock" / "files" / "gx10-gpu-clock"
 MODULE_UTILS = ROOT / "collections" / "ansible_collections" / "gx10" / "cluster" / "plugins"
 
 
-@pytest.mark.parametrize(("tool", "kind"), [(TOOL, "metrics"), (PAIR, "pair")])
+@pytest.mark.parametrize(
+    ("tool", "kind", "shown"),
+    [(TOOL, "metrics", "none"), (PAIR, "pair", "none"), (CLOCK, "clock", "SIGTERM")],
+)
 def test_a_signal_while_the_main_thread_holds_the_stop_lock_still_stops(
-    tool: Path, kind: str
+    tool: Path, kind: str, shown: str
 ) -> None:
     env = {**os.environ, "PYTHONPATH": str(MODULE_UTILS / "module_utils")}
     run = subprocess.run(
         [sys.executable, "-c", SIGNAL_UNDER_THE_LOCK, str(tool), kind],
         env=env, capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
-    assert (run.returncode, run.stdout.strip()) == (0, "stopped"), run.stderr
+    assert (run.returncode, run.stdout.split()) == (0, ["stopped", shown]), run.stderr
