@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema
 import openai
 
 from gx10.endpoint import parse_endpoint
@@ -106,7 +107,22 @@ def trim(response: Any, limit: int = TRIM) -> str:
     return f"{text[:head]} ... [{len(text) - head - tail} characters cut] ... {text[-tail:]}"
 
 
-# --- JSON schema (the subset the cases' tools use) -------------------------------------------
+# --- JSON schema (jsonschema checks the tools' schemas and the arguments against them) -----
+#
+# A tool's "parameters" (OpenAI) or "input_schema" (Anthropic) name no `$schema`, so a draft is
+# chosen: Draft 2020-12, the one pydantic (which the SDKs and vLLM build their schemas with)
+# writes, $defs and prefixItems included. Draft 7 would take `prefixItems` for an unknown
+# keyword and check nothing. A schema that names its draft in `$schema` is read in that draft.
+DEFAULT_VALIDATOR: Any = jsonschema.Draft202012Validator
+
+
+def _validator_class(schema: Mapping[str, Any]) -> Any:
+    return jsonschema.validators.validator_for(schema, default=DEFAULT_VALIDATOR)
+
+
+def check_schema(schema: Mapping[str, Any]) -> None:
+    """Raise jsonschema.SchemaError if `schema` is no valid schema of its draft."""
+    _validator_class(schema).check_schema(schema)
 
 
 def _json_type(value: Any) -> str:
@@ -125,38 +141,46 @@ def _json_type(value: Any) -> str:
     return "object" if isinstance(value, dict) else type(value).__name__
 
 
-def _is_type(value: Any, kind: str) -> bool:
-    actual = _json_type(value)
-    return actual == kind or (kind == "number" and actual == "integer")
+def _error_order(error: Any) -> tuple[int, tuple[tuple[int, int, str], ...], str, str]:
+    """Shallowest first (a missing top-level field says more than what lies under it), then by
+    path (indexes as numbers), keyword and message: the same order for the same errors."""
+    path = tuple((0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in error.path)
+    return len(path), path, str(error.validator), str(error.message)
+
+
+def _messages(error: Any, path: str) -> list[str]:
+    """`error` (a jsonschema ValidationError) as "<JSON path>: <reason>" lines."""
+    instance, keyword, wanted = error.instance, error.validator, error.validator_value
+    if keyword == "type":
+        allowed = [wanted] if isinstance(wanted, str) else [str(kind) for kind in wanted]
+        note = ""
+        if _json_type(instance) == "string" and {"object", "array"} & set(allowed):
+            note = " (JSON text where a value belongs: the value was sent as a string)"
+        return [f"{path}: expected {'/'.join(allowed)}, got {_json_type(instance)}{note}"]
+    if keyword == "enum":
+        return [f"{path}: {instance!r} is not one of {wanted}"]
+    if keyword == "required" and isinstance(instance, dict):  # one message per missing field
+        return [f"{path}.{key}: required, missing" for key in wanted if key not in instance]
+    if keyword == "additionalProperties" and wanted is False and isinstance(instance, dict):
+        known = error.schema.get("properties") or {}
+        patterns = error.schema.get("patternProperties") or {}
+        return [
+            f"{path}.{key}: not in the schema"
+            for key in instance
+            if key not in known and not any(re.search(p, key) for p in patterns)
+        ]
+    return [f"{path}: {error.message}"]
 
 
 def schema_errors(value: Any, schema: Mapping[str, Any], path: str = "$") -> list[str]:
-    """Where `value` breaks `schema`: type, enum, required, properties, additionalProperties,
-    items."""
-    kinds = schema.get("type")
-    if kinds is not None:
-        allowed = [kinds] if isinstance(kinds, str) else list(kinds)
-        if not any(_is_type(value, str(kind)) for kind in allowed):
-            note = ""
-            if _json_type(value) == "string" and {"object", "array"} & set(allowed):
-                note = " (JSON text where a value belongs: the value was sent as a string)"
-            return [f"{path}: expected {'/'.join(allowed)}, got {_json_type(value)}{note}"]
-    if "enum" in schema and value not in schema["enum"]:
-        return [f"{path}: {value!r} is not one of {schema['enum']}"]
+    """Where `value` breaks `schema`, each as "<JSON path>: <reason>" (e.g. "$.items[0].sku:
+    expected string, got integer"), all of them, shallowest first; `path` names the root."""
+    validator = _validator_class(schema)(schema)
     errors: list[str] = []
-    if isinstance(value, dict):
-        props = schema.get("properties") or {}
-        errors += [
-            f"{path}.{k}: required, missing" for k in schema.get("required", ()) if k not in value
-        ]
-        for key, item in value.items():
-            if key in props:
-                errors += schema_errors(item, props[key], f"{path}.{key}")
-            elif schema.get("additionalProperties") is False:
-                errors.append(f"{path}.{key}: not in the schema")
-    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
-        for index, item in enumerate(value):
-            errors += schema_errors(item, schema["items"], f"{path}[{index}]")
+    for error in sorted(validator.iter_errors(value), key=_error_order):
+        for message in _messages(error, path + str(error.json_path)[1:]):
+            if message not in errors:  # `required` errors come one per field, each lists all
+                errors.append(message)
     return errors
 
 
@@ -193,6 +217,7 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 def function_tool(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    check_schema(parameters)  # at import: a broken schema fails here, not as a model's fault
     return {
         "type": "function",
         "function": {"name": name, "description": description, "parameters": parameters},

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import jsonschema
 import pytest
 from simulators import InProcessHead, vllm_sim_head
 
@@ -286,6 +287,11 @@ def test_schema_errors_and_first_difference() -> None:
         == "$.a: expected boolean true, got integer 1"
     )
     assert battery.first_difference(battery.ORDER, json.loads(json.dumps(battery.ORDER))) is None
+
+
+def test_a_tool_schema_is_checked_where_it_is_defined() -> None:
+    with pytest.raises(jsonschema.SchemaError):  # "objekt" is no JSON type
+        battery.function_tool("f", "a broken schema", {"type": "objekt"})
 
 
 def test_trim_keeps_the_head_and_the_tail() -> None:
