@@ -6,26 +6,30 @@ report.html is self-contained and works offline: the figures are inline SVG (mat
 plotted point and each case's span in the temperature timeline overlaid with a focusable target
 that carries its case id; a small inline script shows that case's full figures (per node SM clock,
 power, temperature; tok/s, TTFT, failed requests) while the pointer rests on it or it has the
-keyboard focus. A Content-Security-Policy refuses anything external (only that script runs)."""
+keyboard focus. A Content-Security-Policy refuses anything external (only that script runs).
+The page is templates/report.html.j2 (Jinja2, autoescaped); the summary's markdown goes into it
+through markdown-it-py."""
 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import html
 import io
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import matplotlib
 
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
+from markdown_it import MarkdownIt
 from matplotlib.figure import Figure
 
 from gx10.bench.matrix import UNLOCKED
@@ -520,37 +524,50 @@ def _status(case: Mapping[str, Any]) -> str:
     return "cache hit?" if case.get("flags") else "ok"
 
 
-def _md_table_to_html(markdown: str) -> str:
-    """The summary's markdown, as plain HTML (tables, bullet lines, paragraphs)."""
-    out: list[str] = []
-    rows: list[list[str]] = []
+# The summary's markdown in HTML: its blocks (heading, paragraphs, tables, the notes' list) only.
+# Its text comes from results.json (model, endpoint, errors, notes), so it is shown as it is: no
+# raw HTML, no links or images, no emphasis, code spans, entities or backslash escapes.
+_VERBATIM = [
+    "reference",
+    "escape",
+    "backticks",
+    "emphasis",
+    "link",
+    "image",
+    "autolink",
+    "html_inline",
+    "entity",
+]
 
-    def flush() -> None:
-        if rows:
-            head, *body = rows
-            out.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head))
-            out.extend(
-                "<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>"
-                for row in body
-            )
-            out.append("</table>")
-            rows.clear()
 
-    for line in markdown.splitlines():
-        if line.startswith("|"):
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            if not all(set(c) <= {"-"} for c in cells):
-                rows.append(cells)
-            continue
-        flush()
-        if line.startswith("# "):
-            out.append(f"<h1>{html.escape(line[2:])}</h1>")
-        elif line.startswith("- "):
-            out.append(f"<p class='note'>{html.escape(line[2:])}</p>")
-        elif line:
-            out.append(f"<p>{html.escape(line)}</p>")
-    flush()
-    return "\n".join(out)
+@functools.cache
+def _markdown() -> MarkdownIt:
+    return MarkdownIt("commonmark", {"html": False}).enable("table").disable(_VERBATIM)
+
+
+def summary_html(markdown: str) -> str:
+    """The summary's markdown as HTML, the notes (its bullet lines) of class "note"."""
+    md = _markdown()
+    tokens = md.parse(markdown)
+    for token in tokens:
+        if token.type == "list_item_open":
+            token.attrSet("class", "note")
+    rendered: str = md.renderer.render(tokens, md.options, {})
+    return rendered
+
+
+@functools.cache
+def _templates() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("gx10.bench", "templates"),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    # tojson escapes <, >, & and ' (nothing in the data can end its <script> block); compact.
+    env.policies["json.dumps_kwargs"] = {"separators": (",", ":")}
+    return env
 
 
 def _failed(case: Mapping[str, Any]) -> int | None:
@@ -640,19 +657,14 @@ CSP = (
     f"script-src 'sha256-{SCRIPT_HASH}'; base-uri 'none'; form-action 'none'"
 )
 
-STYLE = """
-body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}
-table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;
-text-align:right}th{background:#f3f3f3}.note{color:#555}.missing{border:1px dashed #aaa;
-padding:1em;color:#666}svg.figure{max-width:100%;height:auto;display:block}
-.axes{fill:none;stroke:none;pointer-events:none}
-.hot{fill:transparent;stroke:none;pointer-events:all;cursor:crosshair}
-.pt:hover,.pt:focus{stroke:#000;stroke-width:1.5}.span:hover,.span:focus{fill:rgba(0,0,0,.08)}
-.hot:focus{outline:none}
-#tip{position:absolute;background:#fff;border:1px solid #888;padding:4px 8px;font-size:12px;
-box-shadow:2px 2px 6px rgba(0,0,0,.2);pointer-events:none}#tip table{margin:.3em 0 0}
-#tip th{text-align:left;background:none;font-weight:normal}#tip td,#tip th{padding:1px 6px}
-"""
+
+def _missing(key: str, measured: bool) -> str:
+    """What a figure's place says when it has no figure."""
+    if key in ("clock", "thermal") and not measured:
+        return NOT_MEASURED
+    if key == "clock":
+        return ONE_CAP
+    return "Not enough successful cases for this figure."
 
 
 def build_report(out: Path) -> Path:
@@ -667,13 +679,6 @@ def build_report(out: Path) -> Path:
     )
     markdown = summary_tables(document)
     (out / "summary.md").write_text(markdown, encoding="utf-8")
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
-        f"<title>gx10 bench: {html.escape(str(document.get('model')))}</title>",
-        f"<style>{STYLE}</style></head><body>",
-        _md_table_to_html(markdown),
-    ]
     measured = bool(_measured(cases))
     figures = (
         ("decode", figure_decode(cases)),
@@ -682,24 +687,24 @@ def build_report(out: Path) -> Path:
         ("clock", figure_clock(cases)),
         ("thermal", figure_thermal(document, read_csv(out / TELEMETRY_FILE))),
     )
+    shown: list[dict[str, str | None]] = []
     for key, svg in figures:
-        parts.append(f"<h2>{html.escape(TITLES[key])}</h2>")
-        if svg is not None:
-            parts.append(svg.replace("<svg ", f"<svg aria-label='{html.escape(TITLES[key])}' ", 1))
-        elif key in ("clock", "thermal") and not measured:
-            parts.append(f"<p class='missing'>{html.escape(NOT_MEASURED)}</p>")
-        elif key == "clock":
-            parts.append(f"<p class='missing'>{html.escape(ONE_CAP)}</p>")
-        else:
-            parts.append("<p class='missing'>Not enough successful cases for this figure.</p>")
-    data = json.dumps({str(c["id"]): case_figures(c) for c in cases}, separators=(",", ":"))
-    data = data.replace("<", "\\u003c")  # nothing in the data can end its <script> block
-    parts += [
-        "<div id='tip' role='tooltip' hidden></div>",
-        f"<script type='application/json' id='gx10-cases'>{data}</script>",
-        f"<script>{SCRIPT}</script>",
-        "</body></html>",
-    ]
+        labelled = (
+            svg.replace("<svg ", f"<svg aria-label='{html.escape(TITLES[key])}' ", 1)
+            if svg is not None
+            else None
+        )
+        missing = None if svg is not None else _missing(key, measured)
+        shown.append({"title": TITLES[key], "svg": labelled, "missing": missing})
+    template = _templates().get_template("report.html.j2")
+    page = template.render(
+        csp=CSP,
+        model=str(document.get("model")),
+        summary=summary_html(markdown),
+        figures=shown,
+        cases={str(c["id"]): case_figures(c) for c in cases},
+        script=SCRIPT,
+    )
     path = out / "report.html"
-    path.write_text("\n".join(parts), encoding="utf-8")
+    path.write_text(page, encoding="utf-8")
     return path
