@@ -397,7 +397,14 @@ def _origin(url: str) -> tuple[str, str]:
 class _Redirects(urllib.request.HTTPRedirectHandler):
     """Follow redirects (the Hub sends large files to its CDN) keeping the Range header, but send
     the Authorization header only to the origin it was meant for, as huggingface_hub does: the
-    CDN gets a signed URL, never the token."""
+    CDN gets a signed URL, never the token.
+
+    Why urllib's handler and not ansible.module_utils.urls (weighed for issue 29; ansible-core
+    2.19): its redirect handler copies every header to wherever a redirect leads (the token
+    would reach the CDN), its `unredirected_headers` drops a header on every hop (a renamed
+    repository redirects within the Hub, where the token must go), and Request.open takes no
+    handler of ours; following redirects by hand around it would be more code than this
+    subclass of the standard library's own handler."""
 
     def redirect_request(  # noqa: PLR0917 (urllib's signature)
         self,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import errno
+import gzip
 import hashlib
 import importlib.util
 import json
@@ -568,6 +569,8 @@ class FakeHub:
     hub_seen: list[Seen] = field(default_factory=list)
     cdn_seen: list[Seen] = field(default_factory=list)
     cdn_denies: bool = False
+    renamed: dict[str, str] = field(default_factory=dict)
+    """Old repository id -> new: the Hub answers 307 to the new one's URL (a relative Location)."""
 
 
 def _send_file(handler: BaseHTTPRequestHandler, data: bytes) -> None:
@@ -613,6 +616,12 @@ def _hub_handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             parts = path.lstrip("/").split("/", 4)
             if len(parts) < 5 or parts[2] != "resolve":
                 _send_error(self, 404, "EntryNotFound", "not a resolve URL")
+            elif "/".join(parts[:2]) in hub.renamed:
+                self.send_response(307)
+                new = hub.renamed["/".join(parts[:2])]
+                self.send_header("Location", "/" + "/".join([new, *parts[2:]]))
+                self.send_header("Content-Length", "0")
+                self.end_headers()
             elif "/".join(parts[:2]) != REPO:
                 _send_error(self, 401, "RepoNotFound", "Repository not found")
             elif hub.token and self.headers.get("Authorization") is None:
@@ -813,6 +822,152 @@ def test_an_unknown_repository_is_a_401_naming_it(hub: FakeHub, tmp_path: Path) 
     with pytest.raises(Failed) as failed:
         _run_from(tmp_path / "node", _files(hub.root), source, revision=REV)
     assert "acme/nope is gated or private (or does not exist)" in failed.value.msg
+
+
+# --- following redirects (model_fetch's own hops over ansible.module_utils.urls) --------------
+
+
+def test_the_token_never_reaches_another_host_and_the_range_survives_the_redirect(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    """The CDN on another host name (localhost, the Hub on 127.0.0.1): it gets the Range of a
+    resumed file, never the token."""
+    hub.token = TOKEN
+    hub.cdn = hub.cdn.replace("127.0.0.1", "localhost")
+    files = _files(hub.root)
+    dest = tmp_path / "node"
+    dest.mkdir()
+    name = "model-00002.safetensors"
+    (dest / f"{name}.partial").write_bytes((hub.root / name).read_bytes()[:100_000])
+    result = _run_from(dest, files, _hub_source(hub, token=TOKEN), revision=REV)
+    assert result["files_fetched"] == 3
+    assert (dest / name).read_bytes() == (hub.root / name).read_bytes()
+    assert {s.authorization for s in hub.hub_seen} == {f"Bearer {TOKEN}"}
+    assert len(hub.cdn_seen) == 2
+    assert {s.authorization for s in hub.cdn_seen} == {None}
+    assert {s.range for s in hub.cdn_seen} == {None, "bytes=100000-"}
+
+
+def test_a_redirect_within_the_hub_keeps_the_token_and_the_range(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    """A renamed repository: the Hub redirects to itself (same origin), so the token comes
+    along; then to its CDN, which gets none."""
+    hub.token = TOKEN
+    hub.renamed = {"acme/old-tiny": REPO}
+    files = _files(hub.root)
+    dest = tmp_path / "node"
+    dest.mkdir()
+    name = "model-00002.safetensors"
+    (dest / f"{name}.partial").write_bytes((hub.root / name).read_bytes()[:100_000])
+    source = _hub_source(hub, repo="acme/old-tiny", token=TOKEN)
+    result = _run_from(dest, files, source, revision=REV)
+    assert result["files_fetched"] == 3
+    assert (dest / name).read_bytes() == (hub.root / name).read_bytes()
+    assert len(hub.hub_seen) == 6  # each file: the old URL, then the new one
+    assert {s.authorization for s in hub.hub_seen} == {f"Bearer {TOKEN}"}
+    assert [s.range for s in hub.hub_seen if s.path.endswith(name)] == ["bytes=100000-"] * 2
+    assert {s.authorization for s in hub.cdn_seen} == {None}
+    assert {s.range for s in hub.cdn_seen} == {None, "bytes=100000-"}
+
+
+def test_netrc_credentials_are_never_sent(
+    hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ~/.netrc naming the hosts changes nothing: the token alone goes to the Hub."""
+    netrc = tmp_path / "netrc"
+    netrc.write_text(
+        "machine 127.0.0.1 login someone password hunter2\n"
+        "machine localhost login someone password hunter2\n"
+    )
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    hub.token = TOKEN
+    result = _run_from(
+        tmp_path / "node", _files(hub.root), _hub_source(hub, token=TOKEN), revision=REV
+    )
+    assert result["files_fetched"] == 3
+    assert {s.authorization for s in hub.hub_seen} == {f"Bearer {TOKEN}"}
+    assert {s.authorization for s in hub.cdn_seen} == {None}
+
+
+def test_a_redirect_loop_fails_naming_it(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    class Loop(_Quiet):
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            self.send_response(302)
+            self.send_header("Location", f"/hop{len(seen)}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    files = [{"path": "config.json", "size": 2, "git_sha1": model_files.git_blob_sha1(b"{}")}]
+    with _serving(Loop) as url, pytest.raises(Failed) as failed:
+        _run(tmp_path / "node", files, url + "/")
+    msg = failed.value.msg
+    assert f"config.json: {url}/config.json: HTTP 302 The HTTP server returned a redirect" in msg
+    assert msg.endswith("The last 30x error message was:\nFound")
+    assert len(seen) == 11  # ten redirects followed, and not retried
+
+
+def test_a_stalled_download_times_out_and_resumes_with_a_range(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server stops sending mid-body: the read times out after `timeout` seconds, and the
+    next attempt asks for the bytes past the whole buffers written (the one being filled when the
+    stall came is lost)."""
+    monkeypatch.setattr(model_fetch, "CHUNK", 64 * 1024)
+    root = _checkpoint(tmp_path / "nas")
+    name = "model-00001.safetensors"
+    data = (root / name).read_bytes()
+    files = [f for f in _files(root) if f["path"] == name]
+    ranges: list[str | None] = []
+    release = threading.Event()
+
+    class Stalling(_Quiet):
+        def do_GET(self) -> None:
+            ranges.append(self.headers.get("Range"))
+            if len(ranges) > 1:
+                _send_file(self, data)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[:100_000])
+            self.wfile.flush()
+            release.wait(10)  # stalls, the connection open
+
+    try:
+        with _serving(Stalling) as url:
+            result = _run(tmp_path / "node", files, url + "/", timeout=1)
+    finally:
+        release.set()
+    assert (tmp_path / "node" / name).read_bytes() == data
+    assert ranges == [None, "bytes=65536-"]
+    assert any("timed out" in note for note in result["notes"])
+    assert result["bytes_from_source"] == len(data)  # the lost buffer never counted
+
+
+def test_a_body_labelled_gzip_is_kept_as_sent(tmp_path: Path) -> None:
+    """The manifest hashes the bytes the server holds: a Content-Encoding is not undone."""
+    root = tmp_path / "nas"
+    root.mkdir()
+    blob = gzip.compress(b"tokenizer data " * 1000)
+    (root / "tokenizer.json.gz").write_bytes(blob)
+
+    class Gzipped(_Quiet):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(blob)))
+            self.end_headers()
+            self.wfile.write(blob)
+
+    with _serving(Gzipped) as url:
+        result = _run(tmp_path / "node", _files(root), url + "/")
+    assert result["files_fetched"] == 1
+    assert (tmp_path / "node" / "tokenizer.json.gz").read_bytes() == blob
 
 
 # --- a local or NAS-mounted directory ---------------------------------------------------------
