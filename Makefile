@@ -68,6 +68,7 @@ PAIR_AGENT := roles/vllm_supervisor/files/gx10-pair
 # So has the memory guard's node tool (earlyoom runs it by path).
 MEMORY_GUARD_TOOL := roles/memory_guard/files/gx10-memory-guard
 GPU_METRICS := roles/metrics_exporter/files/gx10-gpu-metrics
+GPU_CLOCK_TOOL := roles/gpu_clock/files/gx10-gpu-clock
 # The lab node's bytecode cache for modules run from a zip (test equipment, not a package module).
 ZIPIMPORT_CACHE := python/gx10/lab/image/node/gx10_lab_zipimport_cache.py
 
@@ -135,12 +136,13 @@ lint: venv ## yamllint, ansible-lint (production), ruff, mypy, role READMEs agai
 	ruff format --check .
 	mypy
 	mypy --strict -p ansible_collections.gx10.cluster.plugins.module_utils
-	ruff check $(PAIR_AGENT) $(MEMORY_GUARD_TOOL) $(GPU_METRICS)
-	ruff format --check $(PAIR_AGENT) $(MEMORY_GUARD_TOOL) $(GPU_METRICS)
+	ruff check $(PAIR_AGENT) $(MEMORY_GUARD_TOOL) $(GPU_METRICS) $(GPU_CLOCK_TOOL)
+	ruff format --check $(PAIR_AGENT) $(MEMORY_GUARD_TOOL) $(GPU_METRICS) $(GPU_CLOCK_TOOL)
 	MYPYPATH=collections/ansible_collections/gx10/cluster/plugins/module_utils \
 	  mypy --strict --scripts-are-modules $(PAIR_AGENT)
 	mypy --strict --scripts-are-modules $(MEMORY_GUARD_TOOL)
 	mypy --strict --scripts-are-modules $(GPU_METRICS)
+	mypy --strict --scripts-are-modules $(GPU_CLOCK_TOOL)
 	mypy --strict $(ZIPIMPORT_CACHE)
 	python -m gx10._dev.role_docs --check
 
