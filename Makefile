@@ -16,10 +16,14 @@ PYTHON ?= python3
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
+# uv installs the lock (about 90 packages, `ansible` among them with its tens of thousands of
+# files) in 17 s where pip takes 46 s (docs/PERFORMANCE.md); it is pinned and comes from PyPI.
+UV_VERSION := 0.9.5
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.lock
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python -r requirements.lock
+	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-deps -e .
 	touch $@
 
 venv: $(STAMP) ## Create .venv with the pinned dependencies
