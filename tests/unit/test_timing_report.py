@@ -219,29 +219,48 @@ def _make_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stand_ins: str) 
 def test_make_test_stops_at_a_failed_stage_prints_the_report_and_keeps_its_status(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """unit fails: molecule and e2e do not run; the image build before it was waited for."""
+    """unit fails while molecule runs beside it, on the images built first: e2e does not run;
+    the build and molecule were waited for, their output shown."""
     timing = tmp_path / ".cache" / "test-timing"
     stale = timing / "e2e.json"
     stale.parent.mkdir(parents=True)
     stale.write_text("{}")  # from an earlier run: cleared
     stand_ins = (
-        "lint:\n\t@echo linted\nunit:\n\t@exit 3\nimages:\n\t@sleep 1; echo built\n"
-        "molecule e2e:\n\t@echo $@ ran\n"
+        "lint:\n\t@echo linted\n"
+        # unit ends (failing) only once molecule has begun: they run at once.
+        + _waits_for("unit", "molecule", then="exit 3")
+        + "images:\n\t@sleep 1; echo built\n"
+        + _waits_for("molecule", "unit", then="echo molecule ran")
+        + "e2e:\n\t@echo e2e ran\n"
     )
 
     proc = _make_test(tmp_path, monkeypatch, stand_ins)
 
     assert proc.returncode == 2, proc.stdout + proc.stderr  # make's status for the failed unit
     assert "linted" in proc.stdout
-    assert " ran" not in proc.stdout
+    shown = proc.stdout.partition("lab images, then molecule (beside lint and unit; exit 0):\n")[2]
+    assert shown.startswith("built\nmolecule ran\n"), proc.stdout
+    assert "e2e ran" not in proc.stdout
     assert re.search(r"^unit +[0-9.]+ +[0-9.]+ +failed \(2\)", proc.stdout, re.M), proc.stdout
-    assert re.search(r"^molecule +- +[0-9.]+ +not run", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^e2e +- +[0-9.]+ +not run", proc.stdout, re.M), proc.stdout
     report = json.loads((timing / "report.json").read_text())
-    statuses = {row["row"]: row["status"] for row in report["stages"]}
+    rows = {row["row"]: row for row in report["stages"]}
+    statuses = {name: row["status"] for name, row in rows.items() if name.startswith("stage: ")}
     assert statuses == {"stage: lint": "ok", "stage: unit": "failed (2)", "stage: images": "ok",
-                        "stage: molecule": "not run", "stage: e2e": "not run"}  # fmt: skip
-    assert (timing / "images.log").read_text().endswith("built\n")  # ended before make did
+                        "stage: molecule": "ok", "stage: e2e": "not run"}  # fmt: skip
+    assert "unit" in rows["stage: molecule"]["beside"]
+    assert "images" not in rows["stage: molecule"]["beside"]  # the images first, then molecule
+    assert (timing / "roles.log").read_text().endswith("molecule ran\n")  # ended before make did
     assert not stale.exists()
+
+
+def _waits_for(name: str, *others: str, then: str) -> str:
+    """A stand-in target that goes on (`then`) once each of `others` has begun (10 s at most)."""
+    began = " && ".join(f"[ -e {other}.began ]" for other in others)
+    return (
+        f"{name}:\n\t@touch {name}.began; for i in $$(seq 200); do {began} && break; "
+        f"sleep 0.05; done; {then}\n"
+    )
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
@@ -250,18 +269,10 @@ def test_make_test_runs_lint_unit_and_the_build_at_once_and_stops_before_molecul
 ) -> None:
     """Each of lint, unit and the image build waits until the other two have begun: they run
     at once. The build fails: unit still ends, its and lint's output shown, molecule never runs."""
-
-    def waits_for(name: str, *others: str, then: str) -> str:
-        began = " && ".join(f"[ -e {other}.began ]" for other in others)
-        return (
-            f"{name}:\n\t@touch {name}.began; for i in $$(seq 200); do {began} && break; "
-            f"sleep 0.05; done; {then}\n"
-        )
-
     stand_ins = (
-        waits_for("lint", "images", "unit", then="echo linted")
-        + waits_for("images", "lint", "unit", then="echo mmdebstrap broke; exit 4")
-        + waits_for("unit", "lint", "images", then="echo unit ran")
+        _waits_for("lint", "images", "unit", then="echo linted")
+        + _waits_for("images", "lint", "unit", then="echo mmdebstrap broke; exit 4")
+        + _waits_for("unit", "lint", "images", then="echo unit ran")
         + "molecule e2e:\n\t@echo $@ ran\n"
     )
 
@@ -270,9 +281,9 @@ def test_make_test_runs_lint_unit_and_the_build_at_once_and_stops_before_molecul
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "unit ran" in proc.stdout
     assert "molecule ran" not in proc.stdout
-    linted = proc.stdout.partition("lint (beside unit and the image build; exit 0):\n")[2]
+    linted = proc.stdout.partition("lint (beside unit, the image build and molecule; exit 0):\n")[2]
     assert linted.startswith("linted\n"), proc.stdout
-    shown = proc.stdout.partition("lab images (built beside lint and unit; exit 2):\n")[2]
+    shown = proc.stdout.partition("lab images, then molecule (beside lint and unit; exit 2):\n")[2]
     assert "mmdebstrap broke" in shown.partition("Test timing report")[0], proc.stdout
     assert re.search(r"^images +[0-9.]+ +[0-9.]+ +failed \(2\) +lint, unit\b", proc.stdout, re.M)
     assert re.search(r"^total +[0-9.]+ +[0-9.]+ +wall time", proc.stdout, re.M), proc.stdout
