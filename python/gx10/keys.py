@@ -1,4 +1,11 @@
-"""`gx10 keys add|list|revoke NAME -i INV`: per-user keys for the API gateway (roles/api_gateway).
+"""`gx10 keys init|add|list|revoke NAME -i INV`: the keys of the API gateway (roles/api_gateway).
+
+`init` makes the inventory's own service key (the engine's, and the one the pipeline's checks
+send), here on the controller: INV/secrets/service.key, mode 0600, in a directory of mode 0700
+whose own .gitignore keeps it out of git. inventories/gx10 reads it with a file lookup, so no key
+is ever written in an inventory. Run again, it keeps the key (exit 0); a key file that others
+can read, or an empty one, is refused naming the fix. To rotate it: remove the file, init,
+converge (the engine and the gateway take the new key).
 
 `add` makes a key here, on the controller, from the operating system's CSPRNG
 (`secrets.token_urlsafe`: 32 random bytes, 256 bits), and sends the head only its SHA-256
@@ -148,6 +155,19 @@ def add_parser(commands: Any, json_option: argparse.ArgumentParser) -> None:
     )
     actions = keys.add_subparsers(title="actions", metavar="ACTION", required=True)
 
+    i = actions.add_parser(
+        "init",
+        parents=[json_option],
+        help="make the inventory's service key (INV/secrets/service.key, 0600), once",
+        description=(
+            "Make the inventory's own service key (256 bits from the OS's CSPRNG) in "
+            f"INV/{SERVICE_KEY_FILE}, mode 0600, in a directory git ignores. The inventory reads "
+            "it with a file lookup (inventories/gx10 does). An existing key is kept."
+        ),
+    )
+    i.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
+    i.set_defaults(handler=_run_init)
+
     a = actions.add_parser(
         "add",
         parents=[json_option],
@@ -196,6 +216,70 @@ def _events(err: Console, args: argparse.Namespace) -> contextlib.AbstractContex
     if args.verbose:
         return contextlib.nullcontext(ProgressPrinter(err))
     return RunStatus(err, "gx10 keys")
+
+
+# Where validation tells a user to keep it (the collection's cluster_plan names the file).
+SERVICE_KEY_FILE: str = _collection.load("cluster_plan").SERVICE_KEY_FILE
+SECRETS_IGNORE = "# gx10 keys init: nothing here goes into git.\n*\n"
+LOOKUP = (
+    "vllm_serve_api_key: \"{{ lookup('ansible.builtin.file', inventory_dir ~ "
+    f"'/{SERVICE_KEY_FILE}', errors='ignore') | default('', true) }}}}\""
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceKey:
+    """Where `gx10 keys init` keeps the inventory's service key, and whether it made it now."""
+
+    path: Path
+    created: bool
+
+
+def init_service_key(inventory: str | os.PathLike[str]) -> ServiceKey:
+    """The inventory's service key file, made (0600, from the CSPRNG) if it is not there yet.
+
+    Raises KeysError, changing nothing, for an inventory that does not exist, or a key file that
+    is empty or readable by others (it would be used as it is, or would leak)."""
+    where = Path(inventory)
+    if not where.exists():
+        raise KeysError(f"-i {inventory}: no such inventory file or directory")
+    root = where if where.is_dir() else where.parent
+    path = root / SERVICE_KEY_FILE
+    if path.exists():
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o077:
+            raise KeysError(
+                f"{path} has mode {mode:04o}: others can read the service key; restrict it "
+                f"(chmod 600 {path}), or rotate it: remove the file, run gx10 keys init again "
+                "and converge"
+            )
+        if not path.read_text(encoding="utf-8").strip():
+            raise KeysError(f"{path} is empty: remove it and run gx10 keys init again")
+        return ServiceKey(path, created=False)
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    ignore = path.parent / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text(SECRETS_IGNORE, encoding="utf-8")
+    with _reserved(path, "the service key") as handle:
+        handle.write(generate_key() + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    return ServiceKey(path, created=True)
+
+
+def _run_init(args: argparse.Namespace) -> int:
+    made = init_service_key(args.inventory)
+    if args.json:
+        print(json.dumps({"path": str(made.path), "created": made.created}, indent=2))
+        return EXIT_OK
+    if made.created:
+        print(
+            f"wrote the service key to {made.path} (0600; git ignores its directory). An "
+            f"inventory reads it with\n  {LOOKUP}\n(inventories/gx10 does); converge to use it."
+        )
+    else:
+        print(f"kept the service key in {made.path}: it is there already (0600).")
+    return EXIT_OK
 
 
 def _run_add(args: argparse.Namespace) -> int:
@@ -287,9 +371,10 @@ def _failed(err: Console, message: str, result: KeysRun) -> int:
 
 
 @contextlib.contextmanager
-def _reserved(path: Path | None) -> Iterator[Any]:
-    """`--key-file`: created now, empty and 0600, so a path that cannot be written (or exists)
-    fails before anything runs; removed again if the key is not added."""
+def _reserved(path: Path | None, what: str = "--key-file") -> Iterator[Any]:
+    """A key file (`--key-file`, or the service key's): created now, empty and 0600, so a path
+    that cannot be written (or exists) fails before anything runs; removed again if no key was
+    written into it."""
     if path is None:
         yield None
         return
@@ -297,11 +382,11 @@ def _reserved(path: Path | None) -> Iterator[Any]:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         raise KeysError(
-            f"--key-file {path} exists: a key file is never overwritten; give a new path, or "
+            f"{what} {path} exists: a key file is never overwritten; give a new path, or "
             "remove the old file first"
         ) from None
     except OSError as exc:
-        raise KeysError(f"--key-file {path}: cannot create it ({exc.strerror or exc})") from None
+        raise KeysError(f"{what} {path}: cannot create it ({exc.strerror or exc})") from None
     written = False
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -155,7 +155,12 @@ def raw_node(tmp_path: Path, node: str, *, shift: int = 0) -> dict[str, Any]:
 @pytest.fixture
 def plan() -> dict[str, Any]:
     cluster_plan = module_utils("cluster_plan")
-    return dict(cluster_plan.build_plan({"head": ["gx10-a"], "workers": ["gx10-b"]}, {}))
+    return dict(
+        cluster_plan.build_plan(
+            {"head": ["gx10-a"], "workers": ["gx10-b"]},
+            {"gx10-a": {"gx10_allow_unauthenticated": True}},
+        )
+    )
 
 
 def test_healthy_node_parses_completely(tmp_path: Path, plan: dict[str, Any]) -> None:

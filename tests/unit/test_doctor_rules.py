@@ -67,7 +67,12 @@ def gid_tables(root: Path, octet: str, recording: str = "1-rail-ipv4", shift: in
 @pytest.fixture(scope="module")
 def plan() -> dict[str, Any]:
     cluster_plan = module_utils("cluster_plan")
-    return dict(cluster_plan.build_plan({"head": ["gx10-a"], "workers": ["gx10-b"]}, {}))
+    return dict(
+        cluster_plan.build_plan(
+            {"head": ["gx10-a"], "workers": ["gx10-b"]},
+            {"gx10-a": {"gx10_allow_unauthenticated": True}},
+        )
+    )
 
 
 @pytest.fixture(scope="module")

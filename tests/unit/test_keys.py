@@ -211,3 +211,54 @@ def test_a_bad_or_reserved_name_is_refused_before_anything_runs(head: FakeHead, 
     assert "key name" in run.stderr
     assert head.calls == []
     _assert_no_token(run)
+
+
+# --- gx10 keys init: the inventory's service key ---------------------------------------------
+
+
+def test_init_makes_the_service_key_0600_in_a_directory_git_ignores(tmp_path: Path) -> None:
+    inventory = tmp_path / "inv"
+    inventory.mkdir()
+    (inventory / "hosts.yml").write_text("all: {}\n", encoding="utf-8")
+    run = invoke(["keys", "init", "-i", str(inventory)])
+    assert run.code == 0, run.stderr
+    path = inventory / "secrets" / "service.key"
+    key = path.read_text(encoding="utf-8").strip()
+    assert TOKEN.match(key), key
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert (path.parent / ".gitignore").read_text(encoding="utf-8").splitlines()[-1] == "*"
+    assert key not in run.stdout + run.stderr  # the file has it; nothing shows it
+    assert str(path) in run.stdout
+    assert "lookup('ansible.builtin.file', inventory_dir ~ '/secrets/service.key'" in run.stdout
+
+    # An inventory file: the key goes beside it.
+    again = invoke(["keys", "init", "-i", str(inventory / "hosts.yml"), "--json"])
+    assert again.code == 0, again.stderr
+    assert json.loads(again.stdout) == {"path": str(path), "created": False}
+    assert path.read_text(encoding="utf-8").strip() == key  # kept, never replaced
+
+
+def test_init_keeps_no_key_others_can_read_and_no_empty_one(tmp_path: Path) -> None:
+    secrets_dir = tmp_path / "secrets"
+    secrets_dir.mkdir()
+    path = secrets_dir / "service.key"
+    path.write_text("gx10-old\n", encoding="utf-8")
+    path.chmod(0o644)
+    run = invoke(["keys", "init", "-i", str(tmp_path)])
+    assert run.code == 1
+    assert f"{path} has mode 0644" in run.stderr
+    assert f"chmod 600 {path}" in run.stderr
+    assert path.read_text(encoding="utf-8") == "gx10-old\n"
+    path.write_text("\n", encoding="utf-8")
+    path.chmod(0o600)
+    run = invoke(["keys", "init", "-i", str(tmp_path)])
+    assert run.code == 1
+    assert f"{path} is empty" in run.stderr
+
+
+def test_init_refuses_an_inventory_that_is_not_there(tmp_path: Path) -> None:
+    run = invoke(["keys", "init", "-i", str(tmp_path / "nope")])
+    assert run.code == 1
+    assert "no such inventory" in run.stderr
+    assert not (tmp_path / "nope").exists()

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gx10 import ProvisionResult, provision
+from gx10 import ProvisionResult, keys, provision
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = ROOT / "inventories" / "lab"
@@ -332,3 +332,49 @@ def test_a_bad_manifest_is_refused_in_the_validate_play(
     assert message.startswith("Inventory validation failed (1 problem)"), message
     assert "gx10_model_manifest is" in message
     assert expected in message
+
+
+# --- secure by default (issue 26) ----------------------------------------------------------------
+
+
+def test_an_engine_open_to_the_network_is_refused_in_the_validate_play(
+    lab_copy: Path, tmp_path: Path
+) -> None:
+    """The lab's own word (gx10_allow_unauthenticated: true) taken back: without the gateway,
+    the run stops before any node is touched, naming both ways out."""
+    inventory = variant(lab_copy, tmp_path, group_vars={"gx10_allow_unauthenticated": False})
+    message = refused_in_validation(run(inventory, tmp_path, "site.yml"))
+    assert message.startswith("Inventory validation failed (1 problem)"), message
+    assert "gx10_gateway_enabled is unset: the engine would answer on every address" in message
+    assert "gx10_gateway_enabled: true" in message
+    assert "gx10 keys init -i INVENTORY" in message
+    assert "gx10_allow_unauthenticated: true" in message
+
+
+def test_the_real_node_inventory_serves_behind_the_gateway_with_the_key_init_makes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """inventories/gx10 as a new owner gets it (its nodes pointed nowhere): refused until `gx10
+    keys init` has written the service key beside it, then valid, the key read from that file."""
+    monkeypatch.setenv("GX10_HOME", str(ROOT))
+    inventory = tmp_path / "gx10"
+    shutil.copytree(
+        ROOT / "inventories" / "gx10", inventory, ignore=shutil.ignore_patterns("secrets")
+    )
+    hosts_yml = inventory / "hosts.yml"
+    hosts = yaml.safe_load(hosts_yml.read_text(encoding="utf-8"))
+    for group in hosts["all"]["children"]["gx10"]["children"].values():
+        for name in group["hosts"]:
+            group["hosts"][name] = {**(group["hosts"][name] or {}), "ansible_host": NOWHERE[name]}
+    hosts_yml.write_text(yaml.safe_dump(hosts), encoding="utf-8")
+
+    message = refused_in_validation(run(inventory, tmp_path, "site.yml"))
+    assert message.startswith("Inventory validation failed (1 problem)"), message
+    assert "gx10_gateway_enabled is true but vllm_serve_api_key is not set" in message
+    assert "gx10 keys init -i INVENTORY" in message
+
+    made = keys.init_service_key(inventory)
+    assert made.path == inventory / "secrets" / "service.key"
+    accepted = run(inventory, tmp_path, "validate.yml")
+    assert accepted.ok, accepted.failed_tasks
+    assert set(accepted.hosts) == {"localhost"}

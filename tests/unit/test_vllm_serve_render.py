@@ -126,7 +126,10 @@ def test_the_last_of_eight_ranks_on_a_switch_is_a_headless_worker(tmp_path: Path
     rank 7 of 8 joins the head's rail address, tensor parallel over all eight."""
     names = ["n0", "w1", "w2", "w3", "w4", "w5", "w6", "n1"]
     groups = {"head": names[:1], "workers": names[1:]}
-    plan = build_plan(groups, {name: {"gx10_topology": "switch"} for name in names})
+    plan = build_plan(
+        groups,
+        {name: {"gx10_topology": "switch", "gx10_allow_unauthenticated": True} for name in names},
+    )
     assert plan["hosts"]["n1"]["rank"] == 7
     args = rendered(tmp_path, render(tmp_path, plan))["args"]
     assert flag(args, "--nnodes") == "8"

@@ -105,6 +105,15 @@ TLS_KEY_VAR = "gx10_gateway_tls_key"
 # Read only as set or not (select_node_vars never copies its value): the pipeline's own checks
 # reach the engine through the gateway with it.
 SERVICE_KEY_VAR = "vllm_serve_api_key"
+# Where `gx10 keys init -i INVENTORY` writes the service key (0600, in a directory git ignores);
+# inventories/gx10 reads it from there with a file lookup.
+SERVICE_KEY_FILE = "secrets/service.key"
+# Without the gateway the engine answers on every address of the head, and vLLM's own --api-key
+# guards /v1/* only (/tokenize, /detokenize, /pooling, /invocations, ... answer anyone: field
+# reports in MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark's changelog, 2026-08-21 and 09-08).
+# Validation refuses that unless the inventory says the network is private and trusted.
+ALLOW_UNAUTHENTICATED_VAR = "gx10_allow_unauthenticated"
+VLLM_KEYLESS_ROUTES = ("/tokenize", "/detokenize", "/pooling", "/invocations")
 DEFAULT_GATEWAY_ADDRESS = "0.0.0.0"
 DEFAULT_SERVE_PORT = 8000
 DEFAULT_ENGINE_PORT = 8001
@@ -117,6 +126,7 @@ GATEWAY_VARS = (
     TLS_CERT_VAR,
     TLS_KEY_VAR,
     SERVICE_KEY_VAR,
+    ALLOW_UNAUTHENTICATED_VAR,
 )
 # The smoke stage's tool-call battery (`gx10 smoke --battery`), read from the head: whether it
 # runs, and which of its cases (unset or []: all). The names are gx10.battery.CASES (a unit test
@@ -414,7 +424,8 @@ def _analyse(
         _check_memory_guard(host, node_vars[host], errors)
         result.rdma_devices[host] = _check_rdma_devices(host, node_vars[host], result.rails, errors)
     head_vars = node_vars[result.nodes[0]] if result.nodes else {}
-    result.gateway = _check_gateway(head_vars, errors)
+    # Without a head (its groups' own error) there is no gateway or engine to judge.
+    result.gateway = _check_gateway(head_vars, errors if groups_ok else [])
     if result.nodes:
         _check_smoke_battery(result.nodes[0], node_vars[result.nodes[0]], errors)
     if groups_ok:
@@ -873,6 +884,7 @@ def _check_gateway(head_vars: Mapping[str, Any], errors: list[str]) -> dict[str,
     }
     enabled = _value(head_vars, GATEWAY_VAR)
     if enabled is _MISSING or enabled is False:
+        _check_unauthenticated(head_vars, enabled, port, errors)
         return disabled
     if not isinstance(enabled, bool):
         errors.append(
@@ -897,8 +909,11 @@ def _check_gateway(head_vars: Mapping[str, Any], errors: list[str]) -> dict[str,
             f"{GATEWAY_VAR} is true but {SERVICE_KEY_VAR} is not set: with the gateway the engine "
             "listens on loopback, and the pipeline's own checks (the smoke stage, gx10 smoke, "
             "gx10 bench) reach it through the gateway with this key (the access log names it "
-            f"'service'); set {SERVICE_KEY_VAR} in the inventory (from a vault), e.g. to the "
-            "output of `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+            f"'service'); run `gx10 keys init -i INVENTORY`, which writes it to "
+            f"INVENTORY/{SERVICE_KEY_FILE} (0600), and read it from there: {SERVICE_KEY_VAR}: "
+            f"\"{{{{ lookup('ansible.builtin.file', inventory_dir ~ '/{SERVICE_KEY_FILE}', "
+            "errors='ignore') | default('', true) }}\" (as inventories/gx10 does), or set it "
+            "from Ansible Vault"
         )
     return {
         "enabled": True,
@@ -911,6 +926,38 @@ def _check_gateway(head_vars: Mapping[str, Any], errors: list[str]) -> dict[str,
         "tls_key": key,
         "scheme": "https" if cert else "http",
     }
+
+
+def _check_unauthenticated(
+    head_vars: Mapping[str, Any], enabled: Any, port: int, errors: list[str]
+) -> None:
+    """Without the gateway, the engine answers on every address of the head: refused unless
+    the inventory says the network is private and trusted (ALLOW_UNAUTHENTICATED_VAR)."""
+    allowed = _value(head_vars, ALLOW_UNAUTHENTICATED_VAR)
+    if allowed is True:
+        return
+    if allowed is not _MISSING and allowed is not False:
+        errors.append(
+            f"{ALLOW_UNAUTHENTICATED_VAR} is {_show(allowed)} ({_type_name(allowed)}): it must "
+            f"be true or false, e.g. {ALLOW_UNAUTHENTICATED_VAR}: false"
+        )
+        return
+    keyed = _is_set(head_vars.get(SERVICE_KEY_VAR))
+    exposure = (
+        f"with {SERVICE_KEY_VAR}, which vLLM checks on /v1/* only ("
+        + ", ".join(VLLM_KEYLESS_ROUTES)
+        + " and others answer anyone)"
+        if keyed
+        else "to anyone, without a key"
+    )
+    state = "unset" if enabled is _MISSING else "false"
+    errors.append(
+        f"{GATEWAY_VAR} is {state}: the engine would answer on every address of the head at "
+        f"port {port} {exposure}. Put the gateway in front of it: {GATEWAY_VAR}: true, with "
+        f"{SERVICE_KEY_VAR} from `gx10 keys init -i INVENTORY` (inventories/gx10 does both); "
+        "or, on a private network you trust only, say so: "
+        f"{ALLOW_UNAUTHENTICATED_VAR}: true"
+    )
 
 
 PORT_MAX = 65535

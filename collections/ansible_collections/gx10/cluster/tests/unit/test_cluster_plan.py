@@ -18,6 +18,7 @@ from ansible.vars.manager import VariableManager
 
 from ansible_collections.gx10.cluster.plugins.filter.rail_plan import FilterModule, rail_plan
 from ansible_collections.gx10.cluster.plugins.module_utils.cluster_plan import (
+    ALLOW_UNAUTHENTICATED_VAR,
     DEFAULT_MODEL_DIR,
     DEFAULT_RAILS,
     NODE_VARS,
@@ -30,6 +31,8 @@ from ansible_collections.gx10.cluster.plugins.module_utils.cluster_plan import (
 )
 
 TWO = {"head": ["gx10-a"], "workers": ["gx10-b"]}
+# The head's say-so that the engine may answer without the gateway (a test that is not about it).
+TRUSTED = {"gx10_allow_unauthenticated": True}
 FOUR = {"head": ["gx10-a"], "workers": ["gx10-b", "gx10-c", "gx10-d"]}
 
 
@@ -49,6 +52,8 @@ def cluster(
     hostvars = {host: copy.deepcopy(common) for host in hosts}
     for host, values in (per_host or {}).items():
         hostvars.setdefault(host, {}).update(values)
+    for host in groups.get("head", [])[:1]:  # unless a test says otherwise: a trusted network
+        hostvars.setdefault(host, {}).setdefault(ALLOW_UNAUTHENTICATED_VAR, True)
     return groups, hostvars
 
 
@@ -75,7 +80,7 @@ def assert_mentions(message: str, *fragments: str) -> None:
 
 
 def test_default_plan_for_two_nodes() -> None:
-    plan = build_plan(TWO, {"gx10-a": {}, "gx10-b": {}})
+    plan = build_plan(TWO, {"gx10-a": TRUSTED, "gx10-b": {}})
 
     # The serving part is tested in test_serve_plan.py.
     assert plan.pop("serving")["profile"] == "dspark-0731"
@@ -189,10 +194,18 @@ def test_default_plan_for_two_nodes() -> None:
 def test_the_endpoint_is_the_heads_api_host_and_the_port_clients_use(tmp_path: Path) -> None:
     """One computation for the smoke stage, gx10 doctor and status (the plan's) and gx10 bench
     (cluster_plan.endpoint on an unvalidated inventory): they agree."""
-    by_name = {"gx10-a": {"ansible_host": "10.0.0.5"}, "gx10-b": {"gx10_api_host": "10.0.0.6"}}
+    by_name = {
+        "gx10-a": {"ansible_host": "10.0.0.5", **TRUSTED},
+        "gx10-b": {"gx10_api_host": "10.0.0.6"},
+    }
     plan = build_plan(TWO, by_name)
     assert plan["endpoint"]["url"] == "http://10.0.0.5:8000/v1"  # only the head's vars count
-    both = {"gx10_api_host": "172.31.240.10", "ansible_host": "10.0.0.5", "gx10_serve_port": "9000"}
+    both = {
+        "gx10_api_host": "172.31.240.10",
+        "ansible_host": "10.0.0.5",
+        "gx10_serve_port": "9000",
+        **TRUSTED,
+    }
     plan = build_plan(TWO, {"gx10-a": both})
     assert plan["endpoint"]["base"] == "http://172.31.240.10:9000"
     assert plan["endpoint"]["port"] == 9000
@@ -222,10 +235,10 @@ def test_plan_is_json_serialisable_and_plain() -> None:
 
 def test_missing_hostvars_and_null_values_take_the_defaults() -> None:
     explicit_nulls = {
-        "gx10-a": dict.fromkeys(NODE_VARS),
+        "gx10-a": {**dict.fromkeys(NODE_VARS), **TRUSTED},
         "gx10-b": {"gx10_node_id": None},
     }
-    assert build_plan(TWO, explicit_nulls) == build_plan(TWO, {})
+    assert build_plan(TWO, explicit_nulls) == build_plan(TWO, {"gx10-a": TRUSTED})
 
 
 def test_four_nodes_on_a_switch_ranks_ids_and_peers() -> None:
@@ -935,7 +948,11 @@ def test_metrics_variables_are_read_from_the_nodes() -> None:
 
 def test_rdma_devices_and_ping_payload_per_rail() -> None:
     hostvars = {
-        "gx10-a": {"gx10_rdma_devices": {"enp1s0f0np0": "rocep1s0f0"}, "gx10_rail_mtu": 1500},
+        "gx10-a": {
+            "gx10_rdma_devices": {"enp1s0f0np0": "rocep1s0f0"},
+            "gx10_rail_mtu": 1500,
+            **TRUSTED,
+        },
         "gx10-b": {"gx10_rail_mtu": 1500},
     }
     plan = build_plan(TWO, hostvars)
@@ -973,7 +990,7 @@ def test_rdma_devices_and_ping_payload_per_rail() -> None:
     ],
 )
 def test_rdma_devices_must_be_keyed_by_rail_netdevs(value: Any, fragments: list[str]) -> None:
-    errors = validate_cluster(TWO, {"gx10-a": {}, "gx10-b": {"gx10_rdma_devices": value}})
+    errors = validate_cluster(TWO, {"gx10-a": TRUSTED, "gx10-b": {"gx10_rdma_devices": value}})
     assert len(errors) == 1, errors
     for fragment in fragments:
         assert fragment in errors[0]
@@ -1033,7 +1050,7 @@ GATEWAY = {"gx10_gateway_enabled": True, "vllm_serve_api_key": "service-key-valu
 
 
 def gateway_of(**head: Any) -> dict[str, Any]:
-    plan = build_plan(TWO, {"gx10-a": head, "gx10-b": {}})
+    plan = build_plan(TWO, {"gx10-a": {**TRUSTED, **head}, "gx10-b": {}})
     gateway: dict[str, Any] = plan["gateway"]
     return gateway
 
@@ -1043,6 +1060,57 @@ def test_the_gateway_is_off_by_default_and_the_engine_takes_the_api_port() -> No
     assert gateway["enabled"] is False
     assert (gateway["engine_host"], gateway["engine_port"]) == ("0.0.0.0", 9000)
     assert gateway["scheme"] == "http"
+
+
+def test_an_engine_open_to_every_address_is_refused_unless_the_network_is_trusted() -> None:
+    """Secure by default (issue 26): without the gateway the engine answers on every address of
+    the head; the inventory must say the network is trusted, or put the gateway in front."""
+    unset = validate_cluster(TWO, {"gx10-a": {}, "gx10-b": {}})
+    assert len(unset) == 1, unset
+    assert_mentions(
+        unset[0],
+        "gx10_gateway_enabled is unset",
+        "every address of the head at port 8000 to anyone, without a key",
+        "gx10_gateway_enabled: true",
+        "gx10 keys init -i INVENTORY",
+        "gx10_allow_unauthenticated: true",
+    )
+    off = {"gx10_gateway_enabled": False, "vllm_serve_api_key": "k", "gx10_serve_port": 9000}
+    keyed = validate_cluster(TWO, {"gx10-a": off, "gx10-b": {}})
+    assert len(keyed) == 1, keyed
+    assert_mentions(
+        keyed[0],
+        "gx10_gateway_enabled is false",
+        "at port 9000 with vllm_serve_api_key, which vLLM checks on /v1/* only",
+        "/tokenize, /detokenize, /pooling, /invocations and others answer anyone",
+    )
+    assert "'k'" not in keyed[0]  # the key's value is never shown
+    # Said so, or not the head's word: a worker's does not count.
+    assert validate_cluster(TWO, {"gx10-a": TRUSTED, "gx10-b": {}}) == []
+    worker_says = validate_cluster(TWO, {"gx10-a": {}, "gx10-b": TRUSTED})
+    assert len(worker_says) == 1, worker_says
+    # Behind the gateway nothing needs saying (its own key is required instead).
+    assert validate_cluster(TWO, {"gx10-a": GATEWAY, "gx10-b": {}}) == []
+
+
+@pytest.mark.parametrize("value", ["yes", 1, "true", [True]])
+def test_allow_unauthenticated_must_be_a_boolean(value: Any) -> None:
+    errors = validate_cluster(TWO, {"gx10-a": {"gx10_allow_unauthenticated": value}})
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"gx10_allow_unauthenticated is {value!r}"), errors
+    assert_mentions(errors[0], "must be true or false", "gx10_allow_unauthenticated: false")
+
+
+def test_a_gateway_without_its_key_names_the_file_gx10_keys_init_writes() -> None:
+    errors = validate_cluster(TWO, {"gx10-a": {"gx10_gateway_enabled": True}, "gx10-b": {}})
+    assert len(errors) == 1, errors
+    assert_mentions(
+        errors[0],
+        "vllm_serve_api_key is not set",
+        "gx10 keys init -i INVENTORY",
+        "INVENTORY/secrets/service.key (0600)",
+        "lookup('ansible.builtin.file', inventory_dir ~ '/secrets/service.key'",
+    )
 
 
 def test_with_the_gateway_the_engine_moves_to_loopback_behind_it() -> None:

@@ -136,7 +136,10 @@ def test_the_filters_fail_the_task_naming_every_problem() -> None:
 
 def test_the_validate_stage_refuses_a_bad_value_on_any_node() -> None:
     assert set(memory_guard.variables()) <= set(NODE_VARS)
-    hostvars: dict[str, dict[str, Any]] = {"gx10-a": {}, "gx10-b": {}}
+    hostvars: dict[str, dict[str, Any]] = {
+        "gx10-a": {"gx10_allow_unauthenticated": True},
+        "gx10-b": {},
+    }
     assert validate_cluster(TWO, hostvars) == []
     hostvars["gx10-b"] = {
         "memory_guard_mem_term_percent": 70,

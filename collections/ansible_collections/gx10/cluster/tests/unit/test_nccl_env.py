@@ -25,7 +25,7 @@ DEVICES = ["rocep1s0f0", "roceP2p1s0f0"]
 @pytest.fixture(scope="module")
 def plan() -> dict[str, Any]:
     # The default rails (enp1s0f0np0 on 192.168.100.0/24, enP2p1s0f0np0 on 192.168.101.0/24).
-    return build_plan(GROUPS, {"gx10-a": {}, "gx10-b": {}})
+    return build_plan(GROUPS, {"gx10-a": {"gx10_allow_unauthenticated": True}, "gx10-b": {}})
 
 
 def test_pinned_mode_for_the_worker(plan: dict[str, Any]) -> None:

@@ -182,13 +182,19 @@ def test_the_validate_stage_checks_it_cluster_wide(source: Path) -> None:
     good = [entry(source)]
 
     def both(overlay: Any) -> dict[str, Any]:
-        return {host: {"vllm_serve_overlay": overlay} for host in ("gx10-a", "gx10-b")}
+        return {
+            "gx10-a": {"vllm_serve_overlay": overlay, "gx10_allow_unauthenticated": True},
+            "gx10-b": {"vllm_serve_overlay": overlay},
+        }
 
     assert validate_cluster(groups, both(good)) == []
     errors = validate_cluster(groups, both([entry(source, sha256="0" * 63)]))
     assert len(errors) == 1
     assert "not a sha256 (64 hex digits)" in errors[0]
-    split = validate_cluster(groups, {"gx10-a": {"vllm_serve_overlay": good}, "gx10-b": {}})
+    split = validate_cluster(
+        groups,
+        {"gx10-a": {"vllm_serve_overlay": good, "gx10_allow_unauthenticated": True}, "gx10-b": {}},
+    )
     assert len(split) == 1
     assert split[0].startswith("vllm_serve_overlay on host gx10-b is undefined but on gx10-a")
     assert "every rank of the pair must run the same code" in split[0]

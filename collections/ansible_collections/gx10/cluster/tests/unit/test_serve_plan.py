@@ -24,7 +24,9 @@ TWO = {"head": ["gx10-a"], "workers": ["gx10-b"]}
 
 
 def hostvars(**common: Any) -> dict[str, dict[str, Any]]:
-    return {"gx10-a": dict(common), "gx10-b": dict(common)}
+    # The head's word that the engine may answer without the gateway (cluster_plan's rule, not
+    # these tests' subject), unless the test's variables say otherwise.
+    return {"gx10-a": {"gx10_allow_unauthenticated": True, **common}, "gx10-b": dict(common)}
 
 
 def inventory_vars(name: str) -> dict[str, Any]:
@@ -102,7 +104,7 @@ def test_a_profile_that_does_not_fit_is_refused_naming_the_numbers() -> None:
 def test_a_node_too_small_for_its_share_is_refused() -> None:
     errors = validate_cluster(
         TWO,
-        {"gx10-a": {"gx10_node_memory_gib": 100}, "gx10-b": {}},
+        hostvars() | {"gx10-a": {"gx10_node_memory_gib": 100, "gx10_allow_unauthenticated": True}},
     )
     assert len(errors) == 1, errors
     assert errors[0].startswith("memory on host gx10-a:")

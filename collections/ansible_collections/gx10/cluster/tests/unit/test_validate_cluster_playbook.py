@@ -36,7 +36,7 @@ PLAYBOOK = """
     - name: Validate data given as arguments instead of the inventory
       gx10.cluster.validate_cluster:
         groups: {head: [n1], workers: [n2]}
-        hostvars: {n1: {gx10_node_id: 5}, n2: {gx10_node_id: 5}}
+        hostvars: {n1: {gx10_node_id: 5, gx10_allow_unauthenticated: true}, n2: {gx10_node_id: 5}}
       register: explicit
       failed_when: false
 
