@@ -362,6 +362,20 @@ def test_public_paths_pass_without_a_key(gateway: Gateway, backend: Backend) -> 
     assert _get(gateway, "/healthz").status_code == 401  # exact paths only
 
 
+def test_metrics_and_load_need_a_key_though_vllm_serves_them_to_anyone(
+    gateway: Gateway, backend: Backend
+) -> None:
+    """The role's default public paths are the probes only (issue 26): what the engine counts,
+    and its load, are for key holders (Prometheus sends one from a file)."""
+    for path in ("/metrics", "/load"):
+        seen = len(backend.seen)
+        assert _get(gateway, path).status_code == 401, path
+        assert len(backend.seen) == seen, f"{path} reached the engine without a key"
+        keyed = _get(gateway, path, authorization=f"Bearer {SERVICE_KEY}")
+        assert keyed.status_code == 200, path
+        assert backend.seen[-1]["path"] == path
+
+
 # --- keys: gx10 keys itself, against this gateway ---------------------------------------------
 
 

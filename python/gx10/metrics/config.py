@@ -9,7 +9,8 @@ Two jobs, each target labelled with its `node`, `role` (head or worker) and `ran
   reach the head's front end and are in the head's. With an API key (the inventory's
   `vllm_serve_api_key`, or `--key-file`), Prometheus sends it from a file
   (`authorization.credentials_file`), never written into the config. vLLM itself does not guard
-  `/metrics` with `--api-key` (only `/v1` routes); a proxy in front may.
+  `/metrics` with `--api-key` (only `/v1` routes); the gx10 gateway does (its public paths are
+  the probes only).
 - `node`: each node's exporter (the metrics_exporter role: node exporter, whose textfile
   collector carries gx10-gpu-metrics' `gx10_gpu_*`), at `metrics_exporter_listen_host` if the
   role binds to one address, else `ansible_host`, else the inventory name; port
