@@ -106,16 +106,17 @@ PHASES = {"start": 900, "weights": 1800, "compile": 3600, "graph_capture": 1800,
 
 
 def test_every_missing_input_is_named_before_any_restart(served: ProvisionResult) -> None:
-    """One serve run with three bad inputs, each on its own node or in the inventory: the
-    worker's NCCL environment file gone, a shard of the head's copy changed, bad boot phase
-    timeouts. The serve inputs check names each, with its node and its fix, and no rank restarts;
-    the model stage then refetches the shard under the running pair and restarts nothing."""
+    """One serve run with two missing inputs, each on its own node: the worker's NCCL
+    environment file gone, a shard of the head's copy changed. The serve inputs check names each,
+    with its node and its fix, and no rank restarts; the model stage then refetches the shard
+    under the running pair and restarts nothing. (Bad values in the inventory, such as the boot
+    phases' timeouts, stop the run in the validate stage: tests/unit/test_validate_refusals.py.)"""
     before = {n: _container_id(n) for n in ("gx10-a", "gx10-b")}
     shard = f"{MODEL_DIR}/model-00003-of-00048.safetensors"
     node_sh("gx10-a", f"printf 'X' | dd of={shard} bs=1 seek=10 conv=notrunc 2>/dev/null")
     node_sh("gx10-b", "mv /etc/gx10/nccl.env /etc/gx10/nccl.env.moved")
     try:
-        result = _serve(vllm_serve_phase_timeouts={**PHASES, "compiling": 60, "api": 0})
+        result = _serve()
     finally:
         node_sh("gx10-b", "mv /etc/gx10/nccl.env.moved /etc/gx10/nccl.env")
     try:
@@ -128,10 +129,6 @@ def test_every_missing_input_is_named_before_any_restart(served: ProvisionResult
         assert "model-00003-of-00048.safetensors" in failed["gx10-a"]
         assert "run the model stage" in failed["gx10-a"]
         assert "model-00003-of-00048.safetensors" not in failed["gx10-b"]
-        for message in failed.values():
-            assert "boot phase timeouts (vllm_serve_phase_timeouts)" in message, message
-            assert "'compiling' is no phase" in message
-            assert "api: 0 is not a number of seconds >= 1" in message
         assert {n: _container_id(n) for n in ("gx10-a", "gx10-b")} == before
     finally:
         repaired = provision(LAB_INVENTORY, "site.yml", tags=["model"])

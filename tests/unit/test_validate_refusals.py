@@ -270,6 +270,22 @@ BAD_SERVE_VARS: dict[str, tuple[dict[str, Any], list[str]]] = {
         },
         ["vllm_supervisor_probe_interval is 5", "vllm_supervisor_breaker_window is 30"],
     ),
+    # test_serve.py::test_every_missing_input_is_named_before_any_restart's bad boot phase
+    # timeouts, which the serve stage refused after the network and model stages had run: a run
+    # (site.yml, serve.yml) now stops in the validate play, naming them on both nodes (an extra
+    # variable is every host's).
+    "bad boot phase timeouts": (
+        {"vllm_serve_phase_timeouts": {"compile": 3600, "compiling": 60, "api": 0}},
+        [
+            "vllm_serve_phase_timeouts on host gx10-a: 'compiling' is no phase",
+            "vllm_serve_phase_timeouts on host gx10-b: 'compiling' is no phase",
+            "api: 0 is not a number of seconds >= 1",
+        ],
+    ),
+    "a compile cache outside any absolute path": (
+        {"vllm_serve_cache_root": "cache", "vllm_serve_cache_keep": -1},
+        ["vllm_serve_cache_root on host gx10-a is 'cache'", "vllm_serve_cache_keep on host"],
+    ),
 }
 
 

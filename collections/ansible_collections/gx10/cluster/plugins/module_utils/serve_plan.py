@@ -14,11 +14,13 @@ checkpoint (module_utils/model_catalog).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ansible_collections.gx10.cluster.plugins.module_utils import (
+    boot_phases,
     memory_budget,
     serve_profiles,
     vllm_args,
@@ -37,6 +39,16 @@ MANIFEST_VAR = "gx10_model_manifest"
 EXTRA_ARGS_VAR = "vllm_serve_extra_args"
 GPUS_VAR = "vllm_serve_gpus_per_node"
 TP_VAR = "vllm_serve_tensor_parallel_size"
+# The serve stage's own inputs, checked here so a bad one stops the run before any stage changes
+# a node (they were checked in the serve stage, after the network and model stages had run).
+# Unset, each is the vllm_serve role's default, which tests/unit/test_serve_plan.py checks.
+PHASE_TIMEOUTS_VAR = "vllm_serve_phase_timeouts"
+CACHE_ROOT_VAR = "vllm_serve_cache_root"
+CACHES_VAR = "vllm_serve_caches"
+CACHE_KEEP_VAR = "vllm_serve_cache_keep"
+INPUT_VARS = (PHASE_TIMEOUTS_VAR, CACHE_ROOT_VAR, CACHES_VAR, CACHE_KEEP_VAR)
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+_SUBDIRECTORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # Every variable this module reads from a node's hostvars.
 NODE_VARS: tuple[str, ...] = (
     PROFILE_VAR,
@@ -49,7 +61,73 @@ NODE_VARS: tuple[str, ...] = (
     memory_budget.NODE_MEMORY_VAR,
     memory_budget.RESERVE_VAR,
     MANIFEST_VAR,
+    *INPUT_VARS,
 )
+
+
+def input_errors(host: str, host_vars: Mapping[str, Any]) -> list[str]:
+    """What is wrong with the serve stage's inputs the inventory sets on `host`: the boot
+    phases' timeouts and the compile cache settings (each unset one is the role's default)."""
+    errors: list[str] = []
+    timeouts = host_vars.get(PHASE_TIMEOUTS_VAR)
+    if timeouts is not None:
+        problems = phase_errors(timeouts)
+        if problems:
+            names = ", ".join(boot_phases.PHASE_NAMES)
+            errors.append(
+                f"{PHASE_TIMEOUTS_VAR} on host {host}: {'; '.join(problems)}: give seconds (an "
+                f"integer, at least 1) for phases among {names}, e.g. "
+                f"{PHASE_TIMEOUTS_VAR}: {{compile: 3600}}"
+            )
+    root = host_vars.get(CACHE_ROOT_VAR)
+    if root is not None and (
+        not isinstance(root, str) or not root.startswith("/") or ":" in root or root == "/"
+    ):
+        errors.append(
+            f"{CACHE_ROOT_VAR} on host {host} is {root!r}: it must be an absolute path other "
+            "than / and without ':' (docker's volume separator), e.g. "
+            f"{CACHE_ROOT_VAR}: /var/cache/gx10/vllm"
+        )
+    caches = host_vars.get(CACHES_VAR)
+    if caches is not None:
+        if not isinstance(caches, Mapping):
+            errors.append(
+                f"{CACHES_VAR} on host {host} is {caches!r}: it must map variable names to "
+                f"subdirectory names, e.g. {CACHES_VAR}: {{TORCHINDUCTOR_CACHE_DIR: inductor}}"
+            )
+        else:
+            bad = [f"key {key!r}" for key in caches if not _ENV_NAME.fullmatch(str(key))] + [
+                f"subdirectory {value!r}"
+                for value in caches.values()
+                if not isinstance(value, str) or not _SUBDIRECTORY.fullmatch(value)
+            ]
+            if bad:
+                errors.append(
+                    f"{CACHES_VAR} on host {host} has {', '.join(bad)}: each key must be an "
+                    "environment variable's name (A-Z, 0-9, _) and each value a plain "
+                    "subdirectory name (letters, digits, _ . -, no /), e.g. "
+                    f"{CACHES_VAR}: {{TORCHINDUCTOR_CACHE_DIR: inductor}}"
+                )
+    keep = host_vars.get(CACHE_KEEP_VAR)
+    if keep is not None and (isinstance(keep, bool) or not re.fullmatch(r"[0-9]+", str(keep))):
+        errors.append(
+            f"{CACHE_KEEP_VAR} on host {host} is {keep!r}: it must be a whole number, 0 or more "
+            f"(the older images' caches kept), e.g. {CACHE_KEEP_VAR}: 1"
+        )
+    return errors
+
+
+def phase_errors(timeouts: Any) -> list[str]:
+    """One message per problem of a phase -> seconds mapping, as container_wait reads it."""
+    if not isinstance(timeouts, Mapping):
+        return [f"{timeouts!r} is not a mapping of phase to seconds"]
+    errors = []
+    for name, value in timeouts.items():
+        try:
+            boot_phases.check_timeouts({name: value})
+        except boot_phases.PhaseError as exc:
+            errors.append(str(exc).removeprefix("phase_timeouts").lstrip(": ."))
+    return errors
 
 
 def checkpoint_size(manifest: Any, checkpoint: str) -> tuple[int, str]:
@@ -230,6 +308,7 @@ def analyse(
     extra: dict[str, Any] = {}
     for host in nodes:
         host_vars = node_vars.get(host, {})
+        errors.extend(input_errors(host, host_vars))
         one = _resolve(host, host_vars, errors)
         if one is None:
             continue

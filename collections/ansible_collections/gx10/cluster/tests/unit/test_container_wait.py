@@ -373,15 +373,16 @@ def test_action_stops_at_once_when_the_container_dies(monkeypatch: pytest.Monkey
     assert result["msg"] == "container c is exited; ..."
 
 
-def test_the_phase_timeouts_filter_names_every_problem() -> None:
-    from ansible_collections.gx10.cluster.plugins.filter.boot_phase_errors import (  # noqa: PLC0415
-        boot_phase_errors,
+def test_the_phase_timeouts_check_names_every_problem() -> None:
+    """The validate stage's check (serve_plan.phase_errors), as this module reads the mapping."""
+    from ansible_collections.gx10.cluster.plugins.module_utils.serve_plan import (  # noqa: PLC0415
+        phase_errors,
     )
 
-    assert boot_phase_errors(LIMITS) == []
-    assert boot_phase_errors({"compile": 0, "compiling": 5, "api": True}) == [
+    assert phase_errors(LIMITS) == []
+    assert phase_errors({"compile": 0, "compiling": 5, "api": True}) == [
         "compile: 0 is not a number of seconds >= 1",
         "'compiling' is no phase (phases: start, weights, compile, graph_capture, api)",
         "api: True is not a number of seconds >= 1",
     ]
-    assert boot_phase_errors([600]) == ["[600] is not a mapping of phase to seconds"]
+    assert phase_errors([600]) == ["[600] is not a mapping of phase to seconds"]

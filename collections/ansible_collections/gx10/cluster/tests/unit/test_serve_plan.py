@@ -18,6 +18,10 @@ from ansible_collections.gx10.cluster.plugins.module_utils.cluster_plan import (
     build_plan,
     validate_cluster,
 )
+from ansible_collections.gx10.cluster.plugins.module_utils.serve_plan import (
+    INPUT_VARS,
+    input_errors,
+)
 
 REPO = Path(__file__).resolve().parents[6]
 TWO = {"head": ["gx10-a"], "workers": ["gx10-b"]}
@@ -199,3 +203,80 @@ def test_a_manifest_gives_the_weights(tmp_path: Path) -> None:
     assert errors[0].startswith(f"gx10_model_manifest is {str(manifest)!r}, which is not a valid")
     assert "`gx10 model manifest`" in errors[0]
     assert "does not fit" not in errors[0]
+
+
+# --- the serve stage's inputs, checked by the validate stage ------------------------------------
+
+
+def test_the_roles_defaults_for_the_serve_inputs_pass() -> None:
+    """Unset, each input is the vllm_serve role's default: the check accepts every one."""
+    defaults = yaml.safe_load((REPO / "roles" / "vllm_serve" / "defaults" / "main.yml").read_text())
+    inputs = {name: defaults[name] for name in INPUT_VARS}
+    assert set(inputs) == {
+        "vllm_serve_phase_timeouts",
+        "vllm_serve_cache_root",
+        "vllm_serve_caches",
+        "vllm_serve_cache_keep",
+    }
+    assert input_errors("gx10-a", inputs) == []
+    assert validate_cluster(TWO, hostvars(**inputs)) == []
+
+
+@pytest.mark.parametrize(
+    ("values", "fragments"),
+    [
+        (
+            {"vllm_serve_phase_timeouts": {"compiling": 60, "api": 0}},
+            [
+                "vllm_serve_phase_timeouts on host gx10-a: 'compiling' is no phase (phases: start, "
+                "weights, compile, graph_capture, api); api: 0 is not a number of seconds >= 1",
+                "e.g. vllm_serve_phase_timeouts: {compile: 3600}",
+            ],
+        ),
+        (
+            {"vllm_serve_phase_timeouts": [600]},
+            ["vllm_serve_phase_timeouts on host gx10-a: [600] is not a mapping"],
+        ),
+        (
+            {"vllm_serve_cache_root": "relative/cache"},
+            [
+                "vllm_serve_cache_root on host gx10-a is 'relative/cache': it must be an absolute",
+                "e.g. vllm_serve_cache_root: /var/cache/gx10/vllm",
+            ],
+        ),
+        ({"vllm_serve_cache_root": "/"}, ["vllm_serve_cache_root on host gx10-a is '/'"]),
+        ({"vllm_serve_cache_root": "/a:b"}, ["without ':' (docker's volume separator)"]),
+        (
+            {"vllm_serve_caches": {"torch-cache": "inductor", "VLLM_CACHE_ROOT": "../up"}},
+            [
+                "vllm_serve_caches on host gx10-a has key 'torch-cache', subdirectory '../up'",
+                "an environment variable's name",
+            ],
+        ),
+        ({"vllm_serve_caches": ["inductor"]}, ["vllm_serve_caches on host gx10-a is ['inductor']"]),
+        (
+            {"vllm_serve_cache_keep": -1},
+            ["vllm_serve_cache_keep on host gx10-a is -1: it must be a whole number, 0 or more"],
+        ),
+        ({"vllm_serve_cache_keep": True}, ["vllm_serve_cache_keep on host gx10-a is True"]),
+    ],
+)
+def test_a_bad_serve_input_is_refused_by_the_validate_stage(
+    values: dict[str, Any], fragments: list[str]
+) -> None:
+    """Refused before any stage runs (they were checked in the serve stage, after the network
+    and model stages had changed the nodes); set on the head only here, so one message."""
+    errors = validate_cluster(TWO, {"gx10-a": {"gx10_allow_unauthenticated": True, **values}})
+    assert len(errors) == 1, errors
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+
+
+def test_good_serve_inputs_pass_as_numbers_or_digit_strings() -> None:
+    good = {
+        "vllm_serve_phase_timeouts": {"compile": 7200, "api": 60},
+        "vllm_serve_cache_root": "/srv/cache/vllm",
+        "vllm_serve_caches": {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "tri.ton"},
+        "vllm_serve_cache_keep": "0",
+    }
+    assert input_errors("gx10-a", good) == []
