@@ -154,6 +154,8 @@ def inventory(tmp_path: Path, head: InProcessHead, key: str) -> Path:
         f"          gx10_api_host: 127.0.0.1\n          gx10_serve_port: {port}\n"
         f"          vllm_serve_served_model_name: {head.model}\n"
         f"          vllm_serve_api_key: {key}\n"
+        # The engine without the gateway: on this machine's loopback, a trusted network.
+        "          gx10_allow_unauthenticated: true\n"
         "    workers:\n      hosts:\n        gx10-b:\n"
     )
     return path
