@@ -222,7 +222,7 @@ def _events(err: Console, args: argparse.Namespace) -> contextlib.AbstractContex
 SERVICE_KEY_FILE: str = _collection.load("cluster_plan").SERVICE_KEY_FILE
 SECRETS_IGNORE = "# gx10 keys init: nothing here goes into git.\n*\n"
 LOOKUP = (
-    "vllm_serve_api_key: \"{{ lookup('ansible.builtin.file', inventory_dir ~ "
+    "vllm_serve_api_key: \"{{ lookup('file', inventory_dir ~ "
     f"'/{SERVICE_KEY_FILE}', errors='ignore') | default('', true) }}}}\""
 )
 

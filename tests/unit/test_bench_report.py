@@ -153,23 +153,35 @@ def rest_on(page: Browser, css: str, case_id: str) -> dict[str, Any]:
     """The pointer rests on the first of `css` that no other mark covers."""
     page.hover_at(1, 1)  # away first: a fresh pointerenter
     assert page.settled_at(1, 1), "the page did not take the pointer's move away"
-    page.script(
-        "document.querySelectorAll('[data-probe]').forEach(e => e.removeAttribute('data-probe'))"
-    )
+    page.script(UNPROBE)
     assert page.script(UNCOVERED, css, True) == case_id, f"every {css} is covered"
     # The scroll moved the page under the resting pointer: its hover is updated first, so no
     # late update replays a position from before this move.
     assert page.settled_at(1, 1), "the page did not update the hover after its scroll"
-    page.hover(page.find("[data-probe]"))
+    # Onto the very pixel UNCOVERED found the mark on top at: WebDriver's own centre of an
+    # element is rounded its own way, and on a mark a pixel from its neighbour it once landed on
+    # the neighbour.
+    x, y = page.script(PROBED_AT)
+    page.hover_at(int(x), int(y))
     return tip_for(page, case_id)
 
 
+UNPROBE = """
+for (const e of document.querySelectorAll('[data-probe]')) {
+  for (const name of ['data-probe', 'data-probe-x', 'data-probe-y']) e.removeAttribute(name);
+}
+"""
+PROBED_AT = """
+const e = document.querySelector('[data-probe]');
+return [e.dataset.probeX, e.dataset.probeY];
+"""
 UNCOVERED = """
 for (const el of document.querySelectorAll(arguments[0])) {
   el.scrollIntoView({block: 'center'});
   const b = el.getBoundingClientRect();
-  if (document.elementFromPoint(b.x + b.width / 2, b.y + b.height / 2) === el) {
-    if (arguments[1]) el.dataset.probe = '1';
+  const x = Math.round(b.x + b.width / 2), y = Math.round(b.y + b.height / 2);
+  if (document.elementFromPoint(x, y) === el) {
+    if (arguments[1]) Object.assign(el.dataset, {probe: '1', probeX: String(x), probeY: String(y)});
     return el.dataset.case;
   }
 }

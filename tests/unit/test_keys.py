@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import shutil
 import stat
+import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,7 @@ from gx10 import keys
 from gx10.provision import FailedTask, HostStats, ProvisionResult
 
 TOKEN = re.compile(r"^gx10-[A-Za-z0-9_-]{43}$")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_key_is_256_bits_from_secrets_urlsafe(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -230,7 +235,7 @@ def test_init_makes_the_service_key_0600_in_a_directory_git_ignores(tmp_path: Pa
     assert (path.parent / ".gitignore").read_text(encoding="utf-8").splitlines()[-1] == "*"
     assert key not in run.stdout + run.stderr  # the file has it; nothing shows it
     assert str(path) in run.stdout
-    assert "lookup('ansible.builtin.file', inventory_dir ~ '/secrets/service.key'" in run.stdout
+    assert "lookup('file', inventory_dir ~ '/secrets/service.key'" in run.stdout
 
     # An inventory file: the key goes beside it.
     again = invoke(["keys", "init", "-i", str(inventory / "hosts.yml"), "--json"])
@@ -262,3 +267,30 @@ def test_init_refuses_an_inventory_that_is_not_there(tmp_path: Path) -> None:
     assert run.code == 1
     assert "no such inventory" in run.stderr
     assert not (tmp_path / "nope").exists()
+
+
+def test_gx10s_own_inventory_readers_get_the_key_init_wrote(tmp_path: Path) -> None:
+    """inventories/gx10 read as gx10 bench, clients and metrics config read it (Ansible's
+    loader and templar in gx10's own process, a fresh one as the CLI is): the key is the file's,
+    and empty before init. The lookup must work without Ansible's collection loader."""
+    inventory = tmp_path / "gx10"
+    shutil.copytree(
+        ROOT / "inventories" / "gx10", inventory, ignore=shutil.ignore_patterns("secrets")
+    )
+    read = (
+        "import sys; from gx10.bench.nodes import load_cluster; "
+        "print(repr(load_cluster([sys.argv[1]]).api_key))"
+    )
+
+    def key_read() -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", read, str(inventory)],
+            capture_output=True, text=True, timeout=120, check=False,
+            env={**os.environ, "GX10_HOME": str(ROOT)},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return str(done.stdout.strip())
+
+    assert key_read() == "''"
+    made = keys.init_service_key(inventory)
+    assert key_read() == repr(made.path.read_text(encoding="utf-8").strip())

@@ -911,7 +911,7 @@ def _check_gateway(head_vars: Mapping[str, Any], errors: list[str]) -> dict[str,
             "gx10 bench) reach it through the gateway with this key (the access log names it "
             f"'service'); run `gx10 keys init -i INVENTORY`, which writes it to "
             f"INVENTORY/{SERVICE_KEY_FILE} (0600), and read it from there: {SERVICE_KEY_VAR}: "
-            f"\"{{{{ lookup('ansible.builtin.file', inventory_dir ~ '/{SERVICE_KEY_FILE}', "
+            f"\"{{{{ lookup('file', inventory_dir ~ '/{SERVICE_KEY_FILE}', "
             "errors='ignore') | default('', true) }}\" (as inventories/gx10 does), or set it "
             "from Ansible Vault"
         )

@@ -1109,7 +1109,7 @@ def test_a_gateway_without_its_key_names_the_file_gx10_keys_init_writes() -> Non
         "vllm_serve_api_key is not set",
         "gx10 keys init -i INVENTORY",
         "INVENTORY/secrets/service.key (0600)",
-        "lookup('ansible.builtin.file', inventory_dir ~ '/secrets/service.key'",
+        "lookup('file', inventory_dir ~ '/secrets/service.key'",
     )
 
 
