@@ -218,13 +218,11 @@ def _events(err: Console, args: argparse.Namespace) -> contextlib.AbstractContex
     return RunStatus(err, "gx10 keys")
 
 
-# Where validation tells a user to keep it (the collection's cluster_plan names the file).
-SERVICE_KEY_FILE: str = _collection.load("cluster_plan").SERVICE_KEY_FILE
+# Where validation tells a user to keep it, and how an inventory reads it (cluster_plan's).
+_PLAN = _collection.load("cluster_plan")
+SERVICE_KEY_FILE: str = _PLAN.SERVICE_KEY_FILE
+LOOKUP = f'{_PLAN.SERVICE_KEY_VAR}: "{_PLAN.SERVICE_KEY_LOOKUP}"'
 SECRETS_IGNORE = "# gx10 keys init: nothing here goes into git.\n*\n"
-LOOKUP = (
-    "vllm_serve_api_key: \"{{ lookup('file', inventory_dir ~ "
-    f"'/{SERVICE_KEY_FILE}', errors='ignore') | default('', true) }}}}\""
-)
 
 
 @dataclass(frozen=True, slots=True)

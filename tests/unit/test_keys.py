@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from cli_helpers import Invocation, invoke
 
 from gx10 import keys
@@ -292,5 +293,9 @@ def test_gx10s_own_inventory_readers_get_the_key_init_wrote(tmp_path: Path) -> N
         return str(done.stdout.strip())
 
     assert key_read() == "''"
+    # The inventory's expression is the one validation and init print (cluster_plan's).
+    written = yaml.safe_load((inventory / "group_vars" / "all.yml").read_text(encoding="utf-8"))
+    expression = " ".join(written["vllm_serve_api_key"].split())  # folded over two lines there
+    assert f'vllm_serve_api_key: "{expression}"' == keys.LOOKUP
     made = keys.init_service_key(inventory)
     assert key_read() == repr(made.path.read_text(encoding="utf-8").strip())

@@ -125,6 +125,20 @@ def check_timeouts(
     return checked
 
 
+def phase_errors(timeouts: Any) -> list[str]:
+    """One message per problem of a phase -> seconds mapping (check_timeouts' each), for the
+    validate stage (serve_plan), which reports them all at once."""
+    if not isinstance(timeouts, Mapping):
+        return [f"{timeouts!r} is not a mapping of phase to seconds"]
+    errors = []
+    for name, value in timeouts.items():
+        try:
+            check_timeouts({name: value})
+        except PhaseError as exc:
+            errors.append(str(exc).removeprefix("phase_timeouts").lstrip(": ."))
+    return errors
+
+
 def overdue(phase: str | None, since: float | None, now: float, timeouts: Mapping[str, int]) -> str:
     """Why the boot is stuck (its phase ran longer than its timeout), or '' while it is not."""
     if phase is None or since is None or phase not in timeouts:

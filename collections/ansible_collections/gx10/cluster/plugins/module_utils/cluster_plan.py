@@ -108,6 +108,10 @@ SERVICE_KEY_VAR = "vllm_serve_api_key"
 # Where `gx10 keys init -i INVENTORY` writes the service key (0600, in a directory git ignores);
 # inventories/gx10 reads it from there with a file lookup.
 SERVICE_KEY_FILE = "secrets/service.key"
+SERVICE_KEY_LOOKUP = (
+    f"{{{{ lookup('file', inventory_dir ~ '/{SERVICE_KEY_FILE}', errors='ignore') | "
+    "default('', true) }}"
+)
 # Without the gateway the engine answers on every address of the head, and vLLM's own --api-key
 # guards /v1/* only (/tokenize, /detokenize, /pooling, /invocations, ... answer anyone: field
 # reports in MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark's changelog, 2026-08-21 and 09-08).
@@ -911,9 +915,7 @@ def _check_gateway(head_vars: Mapping[str, Any], errors: list[str]) -> dict[str,
             "gx10 bench) reach it through the gateway with this key (the access log names it "
             f"'service'); run `gx10 keys init -i INVENTORY`, which writes it to "
             f"INVENTORY/{SERVICE_KEY_FILE} (0600), and read it from there: {SERVICE_KEY_VAR}: "
-            f"\"{{{{ lookup('file', inventory_dir ~ '/{SERVICE_KEY_FILE}', "
-            "errors='ignore') | default('', true) }}\" (as inventories/gx10 does), or set it "
-            "from Ansible Vault"
+            f'"{SERVICE_KEY_LOOKUP}" (as inventories/gx10 does), or set it from Ansible Vault'
         )
     return {
         "enabled": True,

@@ -71,7 +71,7 @@ def input_errors(host: str, host_vars: Mapping[str, Any]) -> list[str]:
     errors: list[str] = []
     timeouts = host_vars.get(PHASE_TIMEOUTS_VAR)
     if timeouts is not None:
-        problems = phase_errors(timeouts)
+        problems = boot_phases.phase_errors(timeouts)
         if problems:
             names = ", ".join(boot_phases.PHASE_NAMES)
             errors.append(
@@ -114,19 +114,6 @@ def input_errors(host: str, host_vars: Mapping[str, Any]) -> list[str]:
             f"{CACHE_KEEP_VAR} on host {host} is {keep!r}: it must be a whole number, 0 or more "
             f"(the older images' caches kept), e.g. {CACHE_KEEP_VAR}: 1"
         )
-    return errors
-
-
-def phase_errors(timeouts: Any) -> list[str]:
-    """One message per problem of a phase -> seconds mapping, as container_wait reads it."""
-    if not isinstance(timeouts, Mapping):
-        return [f"{timeouts!r} is not a mapping of phase to seconds"]
-    errors = []
-    for name, value in timeouts.items():
-        try:
-            boot_phases.check_timeouts({name: value})
-        except boot_phases.PhaseError as exc:
-            errors.append(str(exc).removeprefix("phase_timeouts").lstrip(": ."))
     return errors
 
 

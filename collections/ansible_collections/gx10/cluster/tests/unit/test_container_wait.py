@@ -374,8 +374,8 @@ def test_action_stops_at_once_when_the_container_dies(monkeypatch: pytest.Monkey
 
 
 def test_the_phase_timeouts_check_names_every_problem() -> None:
-    """The validate stage's check (serve_plan.phase_errors), as this module reads the mapping."""
-    from ansible_collections.gx10.cluster.plugins.module_utils.serve_plan import (  # noqa: PLC0415
+    """The validate stage's check (boot_phases.phase_errors), as this module reads the mapping."""
+    from ansible_collections.gx10.cluster.plugins.module_utils.boot_phases import (  # noqa: PLC0415
         phase_errors,
     )
 
