@@ -1,4 +1,4 @@
-"""`gx10 keys init|add|list|revoke NAME -i INV`: the keys of the API gateway (roles/api_gateway).
+"""`gx10 keys init|add|limit|list|revoke|usage -i INV`: the API gateway's keys (roles/api_gateway).
 
 `init` makes the inventory's own service key (the engine's, and the one the pipeline's checks
 send), here on the controller: INV/secrets/service.key, mode 0600, in a directory of mode 0700
@@ -13,8 +13,13 @@ converge (the engine and the gateway take the new key).
 log, no runner artifact and no process's arguments. It is shown once: alone on stdout (so
 `gx10 keys add alice -i INV > alice.key` keeps it), or written to `--key-file` (mode 0600,
 never over an existing file). A refused name (taken, reserved, invalid) changes nothing and
-prints no key. `revoke` removes a key by name; the running gateway refuses it from the next
-request, and nothing restarts. `list` shows names, creation times and hash prefixes.
+prints no key. `add --max-concurrent N` gives the key its own limit of requests in flight at
+once (else the gateway's default, api_gateway_max_concurrent; 0 is none); `limit NAME N`
+changes it later (`default` gives it back). A request over its key's limit gets 429 with
+Retry-After and never reaches the engine. `revoke` removes a key by name; the running gateway
+refuses it from the next request, and nothing restarts. `list` shows names, creation times,
+hash prefixes and limits. `usage` sums the gateway's access log per key: requests (served,
+limited, failed) and the tokens the responses reported.
 
 Exit codes: 0 done; 1 a bad option (nothing ran); 2 the playbook refused or failed (nothing
 changed: the message says why).
@@ -44,6 +49,8 @@ PLAYBOOK = "keys.yml"
 KEY_PREFIX = "gx10-"  # tells a secret scanner, and a person, what the string is
 KEY_BYTES = 32
 MODULE_ACTIONS = ("gx10.cluster.gateway_keys", "gateway_keys")
+USAGE_ACTIONS = ("gx10.cluster.gateway_usage", "gateway_usage")
+DEFAULT_LIMIT = "default"  # `gx10 keys limit NAME default`: the gateway's default again
 EXIT_OK, EXIT_ERROR, EXIT_FAILED = 0, 1, 2
 
 
@@ -69,6 +76,24 @@ def check_name(name: str) -> None:
         raise KeysError(error)
 
 
+def max_concurrent(text: str) -> int:
+    """`--max-concurrent N`'s value (argparse type): refused, naming the fix, before anything
+    runs."""
+    try:
+        value: object = int(text)
+    except ValueError:
+        value = text
+    error = _collection.load("gateway_keys").max_concurrent_error(value)
+    if error:
+        raise argparse.ArgumentTypeError(error)
+    return int(text)
+
+
+def limit_value(text: str) -> int | None:
+    """`gx10 keys limit NAME N|default`: a limit, or None for the gateway's default."""
+    return None if text == DEFAULT_LIMIT else max_concurrent(text)
+
+
 @dataclass(frozen=True, slots=True)
 class KeysRun:
     """What the head's gateway_keys task reported, and the run."""
@@ -78,6 +103,7 @@ class KeysRun:
     running: bool = False
     runtime: tuple[str, ...] = ()
     module_msg: str = field(default="")
+    usage: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -92,23 +118,28 @@ class KeysRun:
 
 
 class _Collector:
-    """The ansible-runner event handler: picks the gateway_keys task's result."""
+    """The ansible-runner event handler: picks the gateway_keys or gateway_usage task's result."""
 
     def __init__(self, forward: EventHandler | None) -> None:
         self.forward = forward
         self.result: Mapping[str, Any] | None = None
+        self.usage: Mapping[str, Any] | None = None
         self.failed = False
 
     def __call__(self, event: dict[str, Any]) -> None:
         data = event.get("event_data") or {}
         kind = event.get("event")
-        if (
-            kind in ("runner_on_ok", "runner_on_failed")
-            and data.get("task_action") in MODULE_ACTIONS
+        action = data.get("task_action")
+        if kind in ("runner_on_ok", "runner_on_failed") and action in (
+            *MODULE_ACTIONS,
+            *USAGE_ACTIONS,
         ):
             res = data.get("res")
             if isinstance(res, Mapping):
-                self.result = res
+                if action in USAGE_ACTIONS:
+                    self.usage = res
+                else:
+                    self.result = res
                 self.failed = kind == "runner_on_failed"
         if self.forward is not None:
             self.forward(event)
@@ -120,23 +151,31 @@ def run_keys(
     *,
     name: str | None = None,
     sha256: str | None = None,
+    limit: int | None = None,
+    since: str | None = None,
     on_event: EventHandler | None = None,
 ) -> KeysRun:
-    """playbooks/keys.yml with `action` (add, revoke, list): the head's answer."""
+    """playbooks/keys.yml with `action` (add, revoke, limit, list, usage): the head's answer.
+    `limit` None leaves a new key on (or gives a key back) the gateway's default."""
     extravars: dict[str, Any] = {"api_gateway_key_action": action}
     if name is not None:
         extravars["api_gateway_key_name"] = name
     if sha256 is not None:
         extravars["api_gateway_key_sha256"] = sha256
+    if limit is not None:
+        extravars["api_gateway_key_max_concurrent"] = limit
+    if since is not None:
+        extravars["api_gateway_usage_since"] = since
     collector = _Collector(on_event)
     run = provision(inventory, PLAYBOOK, extravars=extravars, on_event=collector)
-    res = collector.result or {}
+    res = collector.result or collector.usage or {}
     return KeysRun(
         run=run,
         keys=tuple(k for k in res.get("keys") or () if isinstance(k, Mapping)),
         running=bool(res.get("running")),
         runtime=tuple(str(line) for line in res.get("runtime") or ()),
         module_msg=str(res.get("msg") or "") if collector.failed else "",
+        usage=dict(collector.usage or {}),
     )
 
 
@@ -181,6 +220,14 @@ def add_parser(commands: Any, json_option: argparse.ArgumentParser) -> None:
     a.add_argument("name", metavar="NAME", help="the key's name, as the access log shows it")
     a.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
     a.add_argument(
+        "--max-concurrent",
+        type=max_concurrent,
+        metavar="N",
+        help="the key's own limit of requests in flight at once (0: none); without it, the "
+        "gateway's default (api_gateway_max_concurrent, 4) counts. One more gets 429 with "
+        "Retry-After",
+    )
+    a.add_argument(
         "--key-file",
         type=Path,
         metavar="F",
@@ -201,15 +248,58 @@ def add_parser(commands: Any, json_option: argparse.ArgumentParser) -> None:
     r.add_argument("-v", "--verbose", action="store_true", help="show the playbook's progress")
     r.set_defaults(handler=_run_revoke)
 
+    lim = actions.add_parser(
+        "limit",
+        parents=[json_option],
+        help="set NAME's limit of requests in flight at once (from the next request)",
+        description=(
+            "Give NAME's key its own limit of requests in flight at once: N (1 to 4096), 0 for "
+            "none, or `default` for the gateway's (api_gateway_max_concurrent). The running "
+            "gateway counts it from the next request; nothing restarts."
+        ),
+    )
+    lim.add_argument("name", metavar="NAME", help="the key's name")
+    lim.add_argument(
+        "limit", metavar="N", type=limit_value, help="requests at once, 0 for none, or default"
+    )
+    lim.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
+    lim.add_argument("-v", "--verbose", action="store_true", help="show the playbook's progress")
+    lim.set_defaults(handler=_run_limit)
+
     ls = actions.add_parser(
         "list",
         parents=[json_option],
-        help="the keys: names, creation times, hash prefixes",
-        description="List the gateway's keys: name, when it was added, its hash's first digits.",
+        help="the keys: names, creation times, hash prefixes, limits",
+        description=(
+            "List the gateway's keys: name, when it was added, its hash's first digits, its "
+            "limit of requests in flight (`default`: the gateway's)."
+        ),
     )
     ls.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
     ls.add_argument("-v", "--verbose", action="store_true", help="show the playbook's progress")
     ls.set_defaults(handler=_run_list)
+
+    u = actions.add_parser(
+        "usage",
+        parents=[json_option],
+        help="requests and tokens per key, from the gateway's access log",
+        description=(
+            "Sum the gateway's access log (the head's journal) per key: requests served, "
+            "limited (429) and failed, and the prompt and completion tokens the responses "
+            "reported (a chat stream reports them only when its client asks, with "
+            "stream_options.include_usage; `counted` says how many did). Requests without a "
+            "known key (401) show as `-`."
+        ),
+    )
+    u.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
+    u.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only from WHEN on, as journalctl's --since takes it (--since=-24h, '24h ago', "
+        "2026-12-01, yesterday); default: all the journal holds",
+    )
+    u.add_argument("-v", "--verbose", action="store_true", help="show the playbook's progress")
+    u.set_defaults(handler=_run_usage)
 
 
 def _events(err: Console, args: argparse.Namespace) -> contextlib.AbstractContextManager[Any]:
@@ -286,7 +376,12 @@ def _run_add(args: argparse.Namespace) -> int:
     key = generate_key()
     with _reserved(args.key_file) as key_file, _events(err, args) as on_event:
         result = run_keys(
-            args.inventory, "add", name=args.name, sha256=key_sha256(key), on_event=on_event
+            args.inventory,
+            "add",
+            name=args.name,
+            sha256=key_sha256(key),
+            limit=args.max_concurrent,
+            on_event=on_event,
         )
         if not result.ok:
             return _failed(err, f"key {args.name!r} not added: {result.problem()}", result)
@@ -303,8 +398,10 @@ def _run_add(args: argparse.Namespace) -> int:
         return EXIT_OK
     where = f"written to {args.key_file} (0600)" if args.key_file else "on stdout, shown once"
     err.print(
-        f"added key {args.name} (sha256 {entry.get('sha256_prefix', '?')}...); the key is "
-        f"{where}. {_runtime_sentence(result, 'accepts it')}"
+        f"added key {args.name} (sha256 {entry.get('sha256_prefix', '?')}..., "
+        f"{_limit_words(entry.get('max_concurrent'))}); the key is {where}. "
+        f"{_runtime_sentence(result, 'accepts it')}",
+        soft_wrap=True,  # one line, for the terminal to wrap (and a script to match)
     )
     if args.key_file is None:
         print(key)
@@ -325,6 +422,53 @@ def _run_revoke(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run_limit(args: argparse.Namespace) -> int:
+    err = Console(stderr=True, highlight=False)
+    check_name(args.name)
+    with _events(err, args) as on_event:
+        result = run_keys(
+            args.inventory, "limit", name=args.name, limit=args.limit, on_event=on_event
+        )
+    if not result.ok:
+        return _failed(err, f"key {args.name!r}'s limit not set: {result.problem()}", result)
+    entry = next((k for k in result.keys if k.get("name") == args.name), {})
+    if args.json:
+        print(json.dumps({**_entry(entry, args.name), **_runtime(result)}, indent=2))
+    else:
+        print(
+            f"key {args.name}: {_limit_words(entry.get('max_concurrent'))}. "
+            f"{_runtime_sentence(result, 'counts it')}"
+        )
+    return EXIT_OK
+
+
+def _run_usage(args: argparse.Namespace) -> int:
+    err = Console(stderr=True, highlight=False)
+    with _events(err, args) as on_event:
+        result = run_keys(args.inventory, "usage", since=args.since, on_event=on_event)
+    if not result.ok:
+        return _failed(err, f"cannot read the usage: {result.problem()}", result)
+    usage = result.usage
+    if args.json:
+        print(json.dumps({"since": args.since or "", **usage}, indent=2))
+        return EXIT_OK
+    print(
+        f"{'KEY':<24} {'REQUESTS':>8} {'OK':>6} {'LIMITED':>7} {'FAILED':>6} "
+        f"{'TOKENS IN':>10} {'TOKENS OUT':>10} {'COUNTED':>7}"
+    )
+    for k in usage.get("keys") or ():
+        print(
+            f"{k['name']:<24} {k['requests']:>8} {k['ok']:>6} {k['limited']:>7} {k['failed']:>6} "
+            f"{k['tokens_in']:>10} {k['tokens_out']:>10} {k['counted']:>7}"
+        )
+    since = f" since {args.since}" if args.since else ""
+    print(
+        f"{usage.get('lines', 0)} log line(s){since}; `-` is requests without a known key "
+        "(refused); COUNTED is the responses that reported their tokens"
+    )
+    return EXIT_OK
+
+
 def _run_list(args: argparse.Namespace) -> int:
     err = Console(stderr=True, highlight=False)
     with _events(err, args) as on_event:
@@ -335,21 +479,32 @@ def _run_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"keys": keys, "running": result.running}, indent=2))
         return EXIT_OK
-    print(f"{'NAME':<24} {'CREATED':<21} {'SHA256':<14} KIND")
+    print(f"{'NAME':<24} {'CREATED':<21} {'SHA256':<14} {'LIMIT':<8} KIND")
     for k in keys:
         prefix = k["sha256_prefix"] + "..."
-        print(f"{k['name']:<24} {k['created'] or '-':<21} {prefix:<14} {k['kind']}")
+        limit = DEFAULT_LIMIT if k["max_concurrent"] is None else str(k["max_concurrent"])
+        print(f"{k['name']:<24} {k['created'] or '-':<21} {prefix:<14} {limit:<8} {k['kind']}")
     print(f"{len(keys)} key(s); the gateway is {'running' if result.running else 'not running'}")
     return EXIT_OK
 
 
-def _entry(entry: Mapping[str, Any], name: str) -> dict[str, str]:
+def _entry(entry: Mapping[str, Any], name: str) -> dict[str, Any]:
+    limit = entry.get("max_concurrent")
     return {
         "name": str(entry.get("name") or name),
         "created": str(entry.get("created") or ""),
         "sha256_prefix": str(entry.get("sha256_prefix") or ""),
         "kind": str(entry.get("kind") or "user"),
+        "max_concurrent": limit if isinstance(limit, int) else None,
     }
+
+
+def _limit_words(limit: object) -> str:
+    if not isinstance(limit, int):
+        return "the gateway's default limit of requests in flight"
+    if limit == 0:
+        return "no limit of requests in flight"
+    return f"at most {limit} request(s) in flight at once"
 
 
 def _runtime(result: KeysRun) -> dict[str, Any]:

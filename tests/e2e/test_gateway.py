@@ -117,7 +117,8 @@ def test_the_smoke_stage_goes_through_the_gateway(gated: ProvisionResult, invent
     result = provision(inventory, "smoke.yml")
     assert result.ok, result.failed_tasks
     log = node_sh("gx10-a", f"journalctl -u {UNIT} --no-pager -o cat")
-    assert 'key=service "POST /v1/chat/completions' in log
+    # The smoke stage's completion, with the tokens the engine reported.
+    assert re.search(r'key=service in=[1-9]\d* out=[1-9]\d* "POST /v1/chat/completions', log)
     assert SERVICE_KEY not in log
 
 
@@ -141,7 +142,7 @@ def test_a_key_added_used_and_revoked_without_restarting_anything(
     )
 
     log = node_sh("gx10-a", f"journalctl -u {UNIT} --no-pager -o cat")
-    assert 'key=e2e-alice "POST /v1/chat/completions' in log
+    assert re.search(r'key=e2e-alice in=[1-9]\d* out=[1-9]\d* "POST /v1/chat/completions', log)
     assert key not in log
     assert key not in node_sh("gx10-a", f"docker logs {CONTAINER} 2>&1 | tail -n 500")
 
@@ -173,3 +174,60 @@ def test_a_key_added_used_and_revoked_without_restarting_anything(
 # The re-apply with the gateway on (changed=0, neither the engine nor HAProxy restarted) is the role
 # pipeline's idempotence step of molecule/api_gateway: the same serve stage and settings, on the
 # same lab, before this stage.
+
+
+def test_a_key_over_its_limit_gets_429_while_another_is_served_and_usage_counts_them(
+    gated: ProvisionResult, inventory: Path
+) -> None:
+    """Issue 26's fair share: a key with --max-concurrent 1 streaming a long answer gets 429
+    (with Retry-After, never reaching the engine) on a second request at once, while another
+    key is served; `gx10 keys usage` then counts each key's requests and tokens."""
+    since = node_sh("gx10-a", "date '+%Y-%m-%d %H:%M:%S'").strip()  # this test's lines only
+    keys = {}
+    for name, extra in (("e2e-swarm", ["--max-concurrent", "1"]), ("e2e-bob", [])):
+        code, out, err = _cli("keys", "add", name, *extra, "-i", str(inventory))
+        assert code == 0, err
+        keys[name] = out.strip()
+    try:
+        swarm, bob = (
+            openai.OpenAI(
+                base_url=f"http://{HEAD}:{API}/v1", api_key=keys[n], timeout=60, max_retries=0
+            )
+            for n in ("e2e-swarm", "e2e-bob")
+        )
+        question = "Count to a thousand."
+        with swarm.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": question}],
+            max_tokens=1000,
+            stream=True,
+        ) as stream:
+            next(iter(stream))  # the answer has begun: the request is in flight
+            with pytest.raises(openai.RateLimitError) as refused:
+                _ask(swarm, question)
+            assert refused.value.response.headers["retry-after"] == "2"
+            assert refused.value.code == "rate_limit_exceeded"
+            assert _ask(bob, question).choices
+        # Its slot is free once the gateway sees the stream's client gone (at its next write):
+        # the SDK's own retries, after Retry-After, find it free.
+        assert _ask(swarm.with_options(max_retries=3), question).choices
+
+        code, out, err = _cli("keys", "usage", "-i", str(inventory), "--since", since, "--json")
+        assert code == 0, err
+        usage = {k["name"]: k for k in json.loads(out)["keys"]}
+        assert usage["e2e-swarm"]["limited"] >= 1
+        assert usage["e2e-swarm"]["ok"] == 2
+        assert usage["e2e-bob"]["ok"] == 1
+        assert usage["e2e-bob"]["tokens_in"] > 0
+        assert 0 < usage["e2e-bob"]["tokens_out"] <= 8
+    finally:
+        for name in keys:
+            _cli("keys", "revoke", name, "-i", str(inventory))
+    log = node_sh("gx10-a", f"journalctl -u {UNIT} --no-pager -o cat")
+    assert not any(key in log for key in keys.values())
+
+
+def _ask(client: openai.OpenAI, question: str) -> openai.types.chat.ChatCompletion:
+    return client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": question}], max_tokens=8
+    )

@@ -35,7 +35,7 @@ import time
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -75,11 +75,25 @@ def _until(what: str, test: Any, timeout: float = WAIT_S) -> None:
 
 class Backend:
     """A loopback HTTP server that answers 200 with a JSON body and records every request's
-    path and headers. Started once; its identity shows it was never restarted."""
+    path and headers. Started once; its identity shows it was never restarted.
+
+    As the engine does, a completion's answer reports its tokens: /v1/chat/completions in a JSON
+    body's "usage", or, asked to stream, in the last of its server-sent events, split across two
+    chunks; /v1/messages streams Anthropic's events (input tokens in message_start, the output's
+    running total in message_delta). A request to /v1/hold is answered only once `release` is
+    set (bounded): a request in flight."""
+
+    USAGE: ClassVar[dict[str, int]] = {
+        "prompt_tokens": 17,
+        "completion_tokens": 5,
+        "total_tokens": 22,
+    }
+    HOLD_S = 20.0
 
     def __init__(self) -> None:
         self.seen: list[dict[str, Any]] = []
         self.started = time.monotonic_ns()
+        self.release = threading.Event()
         backend = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -87,15 +101,53 @@ class Backend:
 
             def _answer(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
-                if length:
-                    self.rfile.read(length)
+                request = json.loads(self.rfile.read(length) or b"{}") if length else {}
                 backend.seen.append({"path": self.path, "headers": dict(self.headers.items())})
-                body = json.dumps({"object": "list", "data": [], "started": backend.started})
+                if self.path == "/v1/hold":
+                    backend.release.wait(Backend.HOLD_S)
+                if request.get("stream"):
+                    self._stream(self.path == "/v1/messages")
+                    return
+                answer: dict[str, Any] = {"object": "list", "data": [], "started": backend.started}
+                if self.path == "/v1/chat/completions":
+                    # A completion whose text holds a look-alike count: escaped, never read.
+                    text = 'say \\"prompt_tokens\\": 999'
+                    answer["choices"] = [{"message": {"content": text}}]
+                    answer["usage"] = Backend.USAGE
+                body = json.dumps(answer)
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body.encode())
+
+            def _stream(self, anthropic: bool) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                if anthropic:
+                    events = [
+                        'event: message_start\ndata: {"type":"message_start","message":'
+                        '{"usage":{"input_tokens":11,"cache_read_input_tokens":0,'
+                        '"output_tokens":1}}}\n\n',
+                        'event: message_delta\ndata: {"type":"message_delta","usage":'
+                        '{"output_tokens":7}}\n\n',
+                    ]
+                else:
+                    last = 'data: {"choices":[],"usage":{"prompt_tokens":17,"completion_tokens":5}}'
+                    cut = last.index("completion_tokens") + 5  # the count split across chunks
+                    events = [
+                        *('data: {"choices":[{"delta":{"content":"x"}}]}\n\n' for _ in range(20)),
+                        last[:cut],
+                        last[cut:] + "\n\ndata: [DONE]\n\n",
+                    ]
+                for event in events:
+                    data = event.encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    self.wfile.flush()
+                    time.sleep(0.01)
+                self.wfile.write(b"0\r\n\r\n")
 
             do_GET = do_POST = _answer
 
@@ -108,6 +160,7 @@ class Backend:
         self.thread.start()
 
     def stop(self) -> None:
+        self.release.set()
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout=5)
@@ -169,13 +222,17 @@ def gateway_vars(
 
 
 def configure(base: Path, variables: Mapping[str, Any]) -> Path:
-    """What configure.yml writes: the key map with the `service` key, the engine's key, the
-    certificate when asked, the configuration. Returns the configuration's path."""
+    """What configure.yml writes: the key map with the `service` key (no limit), the usage
+    filter, the engine's key, the certificate when asked, the configuration. Returns the
+    configuration's path."""
     etc = base / "etc"
     etc.mkdir(parents=True, exist_ok=True)
     (base / "run").mkdir(exist_ok=True)
-    service = gateway_keys.KeyEntry("service", hashlib.sha256(SERVICE_KEY.encode()).hexdigest())
+    service = gateway_keys.KeyEntry(
+        "service", hashlib.sha256(SERVICE_KEY.encode()).hexdigest(), max_concurrent=0
+    )
     (etc / "gx10-keys.map").write_text(gateway_keys.render_map([service]))
+    shutil.copy(ROLE / "files" / "gx10-usage.lua", etc / "gx10-usage.lua")
     (etc / "gx10-engine.map").write_text(f"authorization Bearer {SERVICE_KEY}\n")
     if variables["gx10_plan"]["gateway"]["tls_cert"]:
         (etc / "gx10-gateway.pem").write_text(
@@ -376,6 +433,88 @@ def test_metrics_and_load_need_a_key_though_vllm_serves_them_to_anyone(
         assert backend.seen[-1]["path"] == path
 
 
+# vLLM's OpenAI-compatible server's routes (its documentation, docs.vllm.ai "OpenAI-Compatible
+# Server", and the dev-mode and pooling routes its api_server registers): the engine answers each
+# of them, /v1/* alone checking --api-key. The gateway refuses anything but its exact public
+# paths, so this is a sample of what must be refused, not the rule.
+VLLM_ROUTES = (
+    ("GET", "/v1/models"),
+    ("POST", "/v1/chat/completions"),
+    ("POST", "/v1/completions"),
+    ("POST", "/v1/responses"),
+    ("GET", "/v1/responses/resp_1"),
+    ("POST", "/v1/messages"),
+    ("POST", "/v1/messages/count_tokens"),
+    ("POST", "/v1/embeddings"),
+    ("POST", "/v1/audio/transcriptions"),
+    ("POST", "/v1/audio/translations"),
+    ("POST", "/v1/score"),
+    ("POST", "/v1/rerank"),
+    ("POST", "/v2/rerank"),
+    ("POST", "/v1/load_lora_adapter"),
+    ("POST", "/v1/unload_lora_adapter"),
+    ("POST", "/tokenize"),
+    ("POST", "/detokenize"),
+    ("GET", "/get_tokenizer_info"),
+    ("POST", "/pooling"),
+    ("POST", "/classify"),
+    ("POST", "/score"),
+    ("POST", "/rerank"),
+    ("POST", "/invocations"),
+    ("GET", "/metrics"),
+    ("GET", "/load"),
+    ("GET", "/server_info"),
+    ("POST", "/reset_prefix_cache"),
+    ("POST", "/sleep"),
+    ("POST", "/wake_up"),
+    ("GET", "/is_sleeping"),
+    ("POST", "/collective_rpc"),
+    ("POST", "/scale_elastic_ep"),
+    ("POST", "/start_profile"),
+    ("POST", "/stop_profile"),
+    ("GET", "/openapi.json"),
+    ("GET", "/docs"),
+    ("GET", "/redoc"),
+)
+# Paths that are not exactly a public one, however close: refused, never normalised into one.
+PATH_TRICKS = (
+    "//v1/models",
+    "/health/../v1/models",
+    "/health/..%2Fv1/models",
+    "/health%2F..%2Fv1%2Fmodels",
+    "/HEALTH",
+    "/health/",
+    "/health;/v1/models",
+    "/./health",
+    "/ping/../tokenize",
+    "/version/../invocations",
+)
+
+
+def _raw_status(port: int, path: str) -> int:
+    """The status of `GET path` sent as written (HTTP clients resolve `.` and `..` first)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: gx10\r\nConnection: close\r\n\r\n".encode())
+        status_line = sock.makefile("rb").readline().decode()
+    return int(status_line.split()[1])
+
+
+def test_every_vllm_route_and_path_trick_is_refused_without_a_key(
+    gateway: Gateway, backend: Backend
+) -> None:
+    seen = len(backend.seen)
+    refused = {}
+    with httpx.Client(base_url=f"http://127.0.0.1:{gateway.port}", timeout=10) as client:
+        for method, path in VLLM_ROUTES:
+            refused[path] = client.request(method, path, json={}).status_code
+    for path in PATH_TRICKS:
+        refused[path] = _raw_status(gateway.port, path)
+    assert {path: code for path, code in refused.items() if code != 401} == {}
+    assert len(backend.seen) == seen  # none reached the engine
+    for path in ("/health", "/ping", "/version"):
+        assert _get(gateway, path).status_code == 200, path
+
+
 # --- keys: gx10 keys itself, against this gateway ---------------------------------------------
 
 
@@ -449,7 +588,7 @@ def test_a_key_added_counts_at_once_is_named_in_the_log_and_revoked_at_once(
     )
     assert answer.status_code == 200
     assert "x-api-key" not in {name.lower() for name in backend.seen[-1]["headers"]}
-    assert "key=alice" in gateway.logged('key=alice "POST /v1/messages')
+    assert "key=alice" in gateway.logged('key=alice in=- out=- "POST /v1/messages')
 
     listed = invoke(["keys", "list", "-i", str(inventory), "--json"])
     assert listed.code == 0, listed.stderr
@@ -507,7 +646,131 @@ def test_the_runtime_api_matches_the_file(gateway: Gateway, base: Path) -> None:
     entries = gateway_keys.parse_map(Path(path).read_text())
     assert gateway_keys.sync_runtime(api, path, entries) == []
     running = api.show_map(path)
-    assert {name for values in running.values() for name in values} == {"service"}
+    assert {name for values in running.values() for name in values} == {"service 0"}
+
+
+# --- a fair share per key, and the tokens each used ------------------------------------------
+
+
+def _held(gateway: Gateway, key: str, count: int) -> list[threading.Thread]:
+    """`count` requests with `key` held in flight at the backend (until it is released)."""
+    threads = [
+        threading.Thread(
+            target=_get, args=(gateway, "/v1/hold"), kwargs={"Authorization": f"Bearer {key}"}
+        )
+        for _ in range(count)
+    ]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def _released(backend: Backend, threads: list[threading.Thread]) -> None:
+    backend.release.set()
+    for thread in threads:
+        thread.join(timeout=WAIT_S)
+    backend.release.clear()
+
+
+def _holding(backend: Backend, count: int) -> None:
+    _until(f"{count} held", lambda: sum(s["path"] == "/v1/hold" for s in backend.seen) >= count)
+
+
+def test_a_key_over_its_limit_gets_429_while_another_key_is_served(
+    gateway: Gateway, backend: Backend, inventory: Path, artifacts: Path
+) -> None:
+    swarm = invoke(["keys", "add", "swarm", "--max-concurrent", "1", "-i", str(inventory)])
+    alice = invoke(["keys", "add", "alice2", "-i", str(inventory)])  # the default: 4
+    assert swarm.code == 0, swarm.stderr
+    assert alice.code == 0, alice.stderr
+    swarm_key, alice_key = swarm.stdout.strip(), alice.stdout.strip()
+    backend.seen.clear()
+    threads = _held(gateway, swarm_key, 1)
+    try:
+        _holding(backend, 1)
+        refused = _get(gateway, Authorization=f"Bearer {swarm_key}")
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "2"
+        assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+        anthropic = httpx.post(
+            f"http://127.0.0.1:{gateway.port}/v1/messages",
+            headers={"x-api-key": swarm_key},
+            timeout=10,
+        )
+        assert anthropic.status_code == 429
+        assert anthropic.json()["error"]["type"] == "rate_limit_error"
+        assert [s["path"] for s in backend.seen] == ["/v1/hold"]  # neither reached the engine
+        assert _get(gateway, Authorization=f"Bearer {alice_key}").status_code == 200
+        assert _get(gateway, Authorization=f"Bearer {SERVICE_KEY}").status_code == 200
+    finally:
+        _released(backend, threads)
+    assert _get(gateway, Authorization=f"Bearer {swarm_key}").status_code == 200  # slot free
+    assert re.search(r" 429 \d+ \S+ key=swarm ", gateway.log.read_text())
+
+    # The default (4) for alice2: a fifth request at once is refused; the service key has none.
+    backend.seen.clear()
+    threads = _held(gateway, alice_key, 4) + _held(gateway, SERVICE_KEY, 5)
+    try:
+        _holding(backend, 9)
+        assert _get(gateway, Authorization=f"Bearer {alice_key}").status_code == 429
+        assert _get(gateway, Authorization=f"Bearer {SERVICE_KEY}").status_code == 200
+    finally:
+        _released(backend, threads)
+
+    # A new limit counts from the next request; nothing restarts.
+    assert invoke(["keys", "limit", "swarm", "0", "-i", str(inventory)]).code == 0
+    backend.seen.clear()
+    threads = _held(gateway, swarm_key, 3)
+    try:
+        _holding(backend, 3)
+        assert _get(gateway, Authorization=f"Bearer {swarm_key}").status_code == 200
+    finally:
+        _released(backend, threads)
+    for name in ("swarm", "alice2"):
+        assert invoke(["keys", "revoke", name, "-i", str(inventory)]).code == 0
+    assert swarm_key not in gateway.log.read_text()
+
+
+def test_the_access_log_names_the_tokens_each_response_reported(
+    gateway: Gateway, backend: Backend
+) -> None:
+    url = f"http://127.0.0.1:{gateway.port}"
+    auth = {"authorization": f"Bearer {SERVICE_KEY}"}
+    before = gateway.log.read_text().count("key=service")
+    for done, (path, body) in enumerate(
+        [
+            ("/v1/chat/completions", {"model": "m"}),
+            ("/v1/chat/completions", {"model": "m", "stream": True}),
+            ("/v1/messages", {"model": "m", "stream": True}),
+            ("/v1/models", None),
+        ],
+        start=1,
+    ):
+        answer = httpx.request(
+            "POST" if body else "GET", f"{url}{path}", json=body, headers=auth, timeout=10
+        )
+        assert answer.status_code == 200
+        if body and body.get("stream"):
+            assert answer.text.count("\n\n") >= 2  # the stream passed through whole
+        # One request at a time: each one's line is the last.
+        _until(
+            "logged",
+            lambda n=before + done: gateway.log.read_text().count("key=service") >= n,
+        )
+    usage = load("gateway_usage")
+    requests = [
+        r for r in map(usage.parse_line, gateway.log.read_text().splitlines()) if r is not None
+    ][-4:]
+    assert [(r.path, r.tokens_in, r.tokens_out) for r in requests] == [
+        ("/v1/chat/completions", 17, 5),  # the JSON body's usage (not the text's look-alike)
+        ("/v1/chat/completions", 17, 5),  # the stream's last event, split across two chunks
+        ("/v1/messages", 11, 7),  # message_start's input, message_delta's running total
+        ("/v1/models", None, None),
+    ]
+    summary = usage.summarize(gateway.log.read_text().splitlines()).as_dict()
+    service = next(k for k in summary["keys"] if k["name"] == "service")
+    assert service["tokens_in"] >= 45
+    assert service["tokens_out"] >= 17
 
 
 # --- configurations haproxy must accept ------------------------------------------------------

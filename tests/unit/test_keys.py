@@ -5,7 +5,9 @@ playbook in front of a real HAProxy."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import re
@@ -22,7 +24,12 @@ import yaml
 from cli_helpers import Invocation, invoke
 
 from gx10 import keys
+from gx10._collection import load
+from gx10.cli import main
 from gx10.provision import FailedTask, HostStats, ProvisionResult
+
+GATEWAY_KEYS = load("gateway_keys")
+GATEWAY_USAGE = load("gateway_usage")
 
 TOKEN = re.compile(r"^gx10-[A-Za-z0-9_-]{43}$")
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,11 +62,31 @@ def test_the_hash_is_what_haproxy_computes() -> None:
 
 class FakeHead:
     """Stands in for provision(playbooks/keys.yml): records the extra variables, answers with the
-    gateway_keys task's result (or its failure) through the event handler."""
+    gateway_keys task's result (or its failure) through the event handler, changing its keys with
+    the module's own functions (module_utils/gateway_keys.py), and with the gateway_usage task's
+    summary of `log` for `usage`."""
 
     def __init__(self) -> None:
-        self.keys: dict[str, dict[str, str]] = {}
+        self.entries: list[Any] = []
         self.calls: list[dict[str, Any]] = []
+        self.log: list[str] = []
+
+    @property
+    def keys(self) -> dict[str, dict[str, Any]]:
+        return {entry.name: entry.listed() for entry in self.entries}
+
+    def _change(self, action: str, extravars: Mapping[str, Any]) -> None:
+        name = extravars.get("api_gateway_key_name", "")
+        limit = extravars.get("api_gateway_key_max_concurrent")
+        if action == "add":
+            entry = GATEWAY_KEYS.KeyEntry(
+                name, extravars["api_gateway_key_sha256"], "2026-01-02T03:04:05Z", limit
+            )
+            self.entries = GATEWAY_KEYS.add_key(self.entries, entry)
+        elif action == "revoke":
+            self.entries = GATEWAY_KEYS.remove_key(self.entries, name)
+        elif action == "limit":
+            self.entries = GATEWAY_KEYS.set_limit(self.entries, name, limit)
 
     def __call__(
         self,
@@ -73,31 +100,22 @@ class FakeHead:
         action = extravars["api_gateway_key_action"]
         name = extravars.get("api_gateway_key_name", "")
         failure = ""
-        if action == "add":
-            if name in self.keys:
-                failure = f"a key named {name!r} already exists; nothing was changed"
-            else:
-                sha = extravars["api_gateway_key_sha256"]
-                self.keys[name] = {
-                    "name": name,
-                    "created": "2026-01-02T03:04:05Z",
-                    "sha256_prefix": sha[:12],
-                    "kind": "user",
-                }
-        elif action == "revoke":
-            if name not in self.keys:
-                failure = f"no key named {name!r} (keys: none); nothing was changed"
-            else:
-                del self.keys[name]
+        try:
+            self._change(action, extravars)
+        except GATEWAY_KEYS.GatewayKeyError as exc:
+            failure = f"{exc}; nothing was changed"
+        task = "gx10.cluster.gateway_keys"
         res: dict[str, Any] = {"keys": list(self.keys.values()), "running": True, "runtime": []}
         if failure:
             res = {"msg": failure, "keys": list(self.keys.values())}
+        elif action == "usage":
+            task, res = "gx10.cluster.gateway_usage", GATEWAY_USAGE.summarize(self.log).as_dict()
         elif action != "list":
-            res["runtime"] = [f"{'add' if action == 'add' else 'del'} {name}"]
+            res["runtime"] = [f"{'del' if action == 'revoke' else 'add'} {name}"]
         on_event(
             {
                 "event": "runner_on_failed" if failure else "runner_on_ok",
-                "event_data": {"task_action": "gx10.cluster.gateway_keys", "res": res},
+                "event_data": {"task_action": task, "res": res},
             }
         )
         return ProvisionResult(
@@ -217,6 +235,93 @@ def test_a_bad_or_reserved_name_is_refused_before_anything_runs(head: FakeHead, 
     assert "key name" in run.stderr
     assert head.calls == []
     _assert_no_token(run)
+
+
+# --- a fair share per key, and usage ------------------------------------------------------------
+
+
+def test_add_with_a_limit_sends_it_and_list_shows_it(head: FakeHead) -> None:
+    run = invoke(["keys", "add", "swarm", "--max-concurrent", "2", "-i", "inv"])
+    assert run.code == 0, run.stderr
+    assert head.calls[-1]["api_gateway_key_max_concurrent"] == 2
+    assert "at most 2 request(s) in flight at once" in run.stderr
+    assert invoke(["keys", "add", "alice", "-i", "inv"]).code == 0
+    assert "api_gateway_key_max_concurrent" not in head.calls[-1]  # the gateway's default
+    listed = invoke(["keys", "list", "-i", "inv"]).stdout
+    assert re.search(r"^swarm .* 2 +user$", listed, re.MULTILINE), listed
+    assert re.search(r"^alice .* default +user$", listed, re.MULTILINE), listed
+    document = json.loads(invoke(["keys", "list", "-i", "inv", "--json"]).stdout)
+    assert {k["name"]: k["max_concurrent"] for k in document["keys"]} == {
+        "swarm": 2,
+        "alice": None,
+    }
+
+
+@pytest.mark.parametrize("value", ["-1", "4097", "two", "1.5", ""])
+def test_a_bad_limit_is_refused_before_anything_runs(head: FakeHead, value: str) -> None:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exited:
+        main(["keys", "add", "alice", f"--max-concurrent={value}", "-i", "inv"])
+    assert exited.value.code == 1  # a usage error: nothing ran
+    assert "argument --max-concurrent: max_concurrent" in err.getvalue()
+    assert "is not valid" in err.getvalue()
+    assert "--max-concurrent 2" in err.getvalue()  # the fix
+    assert head.calls == []
+    assert not re.search(r"gx10-[A-Za-z0-9_-]{43}", err.getvalue())
+
+
+def test_limit_changes_a_keys_limit_and_default_gives_it_back(head: FakeHead) -> None:
+    assert invoke(["keys", "add", "alice", "-i", "inv"]).code == 0
+    run = invoke(["keys", "limit", "alice", "0", "-i", "inv"])
+    assert run.code == 0, run.stderr
+    assert "key alice: no limit of requests in flight" in run.stdout
+    assert head.keys["alice"]["max_concurrent"] == 0
+    run = invoke(["keys", "limit", "alice", "default", "-i", "inv", "--json"])
+    assert json.loads(run.stdout)["max_concurrent"] is None
+    assert "api_gateway_key_max_concurrent" not in head.calls[-1]
+    unknown = invoke(["keys", "limit", "carol", "3", "-i", "inv"])
+    assert unknown.code == 2
+    assert "no key named 'carol'" in unknown.stderr
+    reserved = invoke(["keys", "limit", "service", "3", "-i", "inv"])
+    assert reserved.code == 1
+    assert "reserved" in reserved.stderr
+
+
+def test_usage_sums_the_access_log_per_key(head: FakeHead) -> None:
+    head.log = [
+        f'10.0.0.5:1 [07/Dec/2026:21:40:0{n}.000] gx10_api gx10_engine/engine 0/0/0/5/5 {status} '
+        f'{size} ---- key={key} in={tin} out={tout} "POST /v1/chat/completions HTTP/1.1"'
+        for n, (status, size, key, tin, tout) in enumerate(
+            [
+                (200, 500, "alice", "10", "5"),
+                (200, 900, "alice", "-", "-"),
+                (429, 200, "alice", "-", "-"),
+                (200, 700, "bob", "7", "3"),
+                (401, 180, "-", "-", "-"),
+            ]
+        )
+    ] + ["Proxy gx10_api started."]
+    run = invoke(["keys", "usage", "-i", "inv", "--since=-24h", "--json"])
+    assert run.code == 0, run.stderr
+    assert head.calls[-1]["api_gateway_usage_since"] == "-24h"
+    document = json.loads(run.stdout)
+    by_name = {k["name"]: k for k in document["keys"]}
+    assert [k["name"] for k in document["keys"]] == ["alice", "bob", "-"]
+    assert by_name["alice"] | {} == {
+        **by_name["alice"],
+        "requests": 3,
+        "ok": 2,
+        "limited": 1,
+        "failed": 0,
+        "tokens_in": 10,
+        "tokens_out": 5,
+        "counted": 1,
+        "bytes": 1600,
+    }
+    assert by_name["-"]["failed"] == 1
+    assert (document["lines"], document["unread"]) == (6, 1)
+    table = invoke(["keys", "usage", "-i", "inv"]).stdout
+    assert re.search(r"^alice +3 +2 +1 +0 +10 +5 +1$", table, re.MULTILINE), table
 
 
 # --- gx10 keys init: the inventory's service key ---------------------------------------------

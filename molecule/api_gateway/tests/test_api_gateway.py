@@ -75,5 +75,5 @@ def test_the_access_log_names_the_key_and_never_shows_it(head: testinfra.host.Ho
         if "key=service" in log:
             break
         time.sleep(1)
-    assert 'key=service "GET /v1/models HTTP/1.1"' in log
+    assert 'key=service in=- out=- "GET /v1/models HTTP/1.1"' in log
     assert KEY not in log

@@ -4,14 +4,17 @@
 Standard library only: the ``gateway_keys`` module runs it on the head node, the controller's
 ``gx10 keys`` command checks names with it before anything runs.
 
-A key is never stored: the map file holds the SHA-256 of each key (hex) and the key's name, one
-``<sha256> <name>`` line per key, which HAProxy's ``map()`` converter reads (the key a request
-presents is hashed with ``sha2(256),hex,lower`` and looked up; the name it maps to is what the
-access log prints). The line before each entry is a comment recording when the key was added
-(HAProxy ignores lines that start with ``#``). The running HAProxy loaded the file when it
-started; ``sync_runtime`` makes its in-memory copy match the file through the runtime API (its
-admin socket: ``show map``, ``add map``, ``del map``), so a key added or revoked counts at once,
-without a reload, and never a restart of anything.
+A key is never stored: the map file holds the SHA-256 of each key (hex), the key's name and,
+optionally, how many requests it may have in flight at once: one ``<sha256> <name> [<limit>]``
+line per key, which HAProxy's ``map()`` converter reads (the key a request presents is hashed
+with ``sha2(256),hex,lower`` and looked up; the value is the rest of the line, whose first word,
+the name, is what the access log prints, and whose second, when there, is the key's own limit
+in place of the gateway's default; 0 is none). The line before each entry is a comment
+recording when the key was added (HAProxy ignores lines that start with ``#``). The running
+HAProxy loaded the file when it started; ``sync_runtime`` makes its in-memory copy match the
+file through the runtime API (its admin socket: ``show map``, ``add map``, ``del map``), so a
+key added or revoked (or a limit changed) counts at once, without a reload, and never a
+restart of anything.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import re
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 # A key's name: what the access log shows, and what `gx10 keys revoke NAME` names.
 NAME_PATTERN = r"[a-z0-9][a-z0-9._-]{0,62}"
@@ -34,6 +38,9 @@ HEADER = (
     "# gx10 API gateway keys: the SHA-256 (hex) of each key, then its name (what the access log\n"
     "# shows). Written by `gx10 keys` and the api_gateway role; change it through them only.\n"
 )
+# A key's own limit on requests in flight at once (`gx10 keys add NAME --max-concurrent N`): 0 is
+# none; no limit written means the gateway's default (api_gateway_max_concurrent).
+MAX_CONCURRENT_LIMIT = 4096
 # How many hex digits of a hash `gx10 keys list` shows: enough to tell keys apart, too few to
 # be worth anything.
 SHOWN_PREFIX = 12
@@ -56,14 +63,22 @@ class KeyEntry:
     name: str
     sha256: str
     created: str = ""  # ISO 8601, UTC; "" for an entry written by hand without the comment
+    # Requests in flight at once: None, the gateway's default; 0, none; N, this key's own.
+    max_concurrent: int | None = None
 
-    def listed(self) -> dict[str, str]:
+    @property
+    def value(self) -> str:
+        """The map entry's value, what HAProxy reads: the name, then the key's own limit."""
+        return self.name if self.max_concurrent is None else f"{self.name} {self.max_concurrent}"
+
+    def listed(self) -> dict[str, Any]:
         """What `gx10 keys list` shows: never the whole hash."""
         return {
             "name": self.name,
             "created": self.created,
             "sha256_prefix": self.sha256[:SHOWN_PREFIX],
             "kind": "service" if self.name == SERVICE_NAME else "user",
+            "max_concurrent": self.max_concurrent,
         }
 
 
@@ -80,6 +95,20 @@ def name_error(name: object, *, allow_reserved: bool = False) -> str | None:
             f"key name {name!r} is reserved: it is the inventory's own key (vllm_serve_api_key), "
             "which the pipeline's checks use; choose another name, or change vllm_serve_api_key "
             "in the inventory and run the serve stage to replace that key"
+        )
+    return None
+
+
+def max_concurrent_error(value: object) -> str | None:
+    """Why `value` cannot be a key's limit on requests in flight, with the fix; None when it can."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 0 <= value <= MAX_CONCURRENT_LIMIT
+    ):
+        return (
+            f"max_concurrent {value!r} is not valid: give a whole number of requests in flight at "
+            f"once, 1 to {MAX_CONCURRENT_LIMIT}, or 0 for no limit (e.g. --max-concurrent 2)"
         )
     return None
 
@@ -103,9 +132,20 @@ def parse_map(text: str) -> list[KeyEntry]:
                 created = line[len(CREATED_PREFIX) :].strip()
             continue
         parts = line.split()
-        if len(parts) != 2 or sha256_error(parts[0]) or name_error(parts[1], allow_reserved=True):
-            raise ValueError(f"line {number} is not '<sha256 hex> <key name>': {_shorten(line)!r}")
-        entries.append(KeyEntry(name=parts[1], sha256=parts[0], created=created))
+        limit = _limit(parts[2]) if len(parts) == 3 else None
+        if (
+            len(parts) not in (2, 3)
+            or sha256_error(parts[0])
+            or name_error(parts[1], allow_reserved=True)
+            or (len(parts) == 3 and limit is None)
+        ):
+            raise ValueError(
+                f"line {number} is not '<sha256 hex> <key name> [<max concurrent>]': "
+                f"{_shorten(line)!r}"
+            )
+        entries.append(
+            KeyEntry(name=parts[1], sha256=parts[0], created=created, max_concurrent=limit)
+        )
         created = ""
     names = [entry.name for entry in entries]
     twice = sorted({name for name in names if names.count(name) > 1})
@@ -117,12 +157,20 @@ def parse_map(text: str) -> list[KeyEntry]:
     return entries
 
 
+def _limit(text: str) -> int | None:
+    """A limit as the map file writes it (decimal digits in range), else None."""
+    if not text.isdigit():
+        return None
+    value = int(text)
+    return None if max_concurrent_error(value) else value
+
+
 def render_map(entries: Iterable[KeyEntry]) -> str:
     lines = [HEADER]
     for entry in entries:
         if entry.created:
             lines.append(f"{CREATED_PREFIX}{entry.created}\n")
-        lines.append(f"{entry.sha256} {entry.name}\n")
+        lines.append(f"{entry.sha256} {entry.value}\n")
     return "".join(lines)
 
 
@@ -135,6 +183,8 @@ def add_key(
     (its holder would be locked out with no word).
     """
     error = name_error(entry.name, allow_reserved=replace) or sha256_error(entry.sha256)
+    if not error and entry.max_concurrent is not None:
+        error = max_concurrent_error(entry.max_concurrent)
     if error:
         raise GatewayKeyError(error)
     current = next((e for e in entries if e.name == entry.name), None)
@@ -148,10 +198,32 @@ def add_key(
         raise GatewayKeyError(
             f"this key is already registered as {clash.name!r}: generate a new key"
         )
-    if current is not None and current.sha256 == entry.sha256:
-        return list(entries)  # the same key under the same name: nothing to do
+    if current == replace_created(entry, current):
+        return list(entries)  # the same key, name and limit: nothing to do
     kept = [e for e in entries if e.name != entry.name]
     return [*kept, entry]
+
+
+def replace_created(entry: KeyEntry, current: KeyEntry | None) -> KeyEntry:
+    """`entry` with `current`'s creation time (to compare an entry asked for with the one there)."""
+    if current is None:
+        return entry
+    return KeyEntry(entry.name, entry.sha256, current.created, entry.max_concurrent)
+
+
+def set_limit(entries: Sequence[KeyEntry], name: str, max_concurrent: int | None) -> list[KeyEntry]:
+    """`entries` with key `name`'s own limit set (None: back to the gateway's default)."""
+    error = name_error(name)
+    if not error and max_concurrent is not None:
+        error = max_concurrent_error(max_concurrent)
+    if error:
+        raise GatewayKeyError(error)
+    if not any(e.name == name for e in entries):
+        raise GatewayKeyError(_unknown(name, entries))
+    return [
+        KeyEntry(e.name, e.sha256, e.created, max_concurrent) if e.name == name else e
+        for e in entries
+    ]
 
 
 def remove_key(
@@ -161,11 +233,13 @@ def remove_key(
     if not any(e.name == name for e in entries):
         if missing_ok:
             return list(entries)
-        known = ", ".join(sorted(e.name for e in entries if e.name not in RESERVED_NAMES))
-        raise GatewayKeyError(
-            f"no key named {name!r} (keys: {known or 'none'}); `gx10 keys list` shows them"
-        )
+        raise GatewayKeyError(_unknown(name, entries))
     return [e for e in entries if e.name != name]
+
+
+def _unknown(name: str, entries: Sequence[KeyEntry]) -> str:
+    known = ", ".join(sorted(e.name for e in entries if e.name not in RESERVED_NAMES))
+    return f"no key named {name!r} (keys: {known or 'none'}); `gx10 keys list` shows them"
 
 
 def _shorten(text: str, limit: int = 80) -> str:
@@ -220,7 +294,10 @@ class RuntimeApi:
         return current
 
     def add(self, map_file: str, key: str, value: str) -> None:
-        self._quiet(f"add map {map_file} {key} {value}")
+        # The CLI splits its arguments at spaces: a value's own (`alice 2`, a name and its
+        # limit) are escaped, else the entry would hold the first word only.
+        escaped = value.replace("\\", "\\\\").replace(" ", "\\ ")
+        self._quiet(f"add map {map_file} {key} {escaped}")
 
     def delete(self, map_file: str, key: str) -> None:
         self._quiet(f"del map {map_file} {key}")
@@ -238,7 +315,7 @@ def runtime_changes(
 ) -> tuple[list[tuple[str, str]], list[str]]:
     """What makes the running map equal to `entries`: (keys to add with their values, keys to
     delete). A key whose value differs, or which is there twice, is deleted and added again."""
-    wanted = {entry.sha256: entry.name for entry in entries}
+    wanted = {entry.sha256: entry.value for entry in entries}
     deletes = [
         key for key, values in running.items() if key not in wanted or values != [wanted[key]]
     ]
@@ -255,9 +332,9 @@ def sync_runtime(api: RuntimeApi, map_file: str, entries: Sequence[KeyEntry]) ->
     done: list[str] = []
     for key in deletes:
         api.delete(map_file, key)
-        shown = running[key][0] if running[key] else key[:SHOWN_PREFIX]
+        shown = running[key][0].split()[0] if running[key] else key[:SHOWN_PREFIX]
         done.append(f"del {shown}")
-    for key, name in adds:
-        api.add(map_file, key, name)
-        done.append(f"add {name}")
+    for key, value in adds:
+        api.add(map_file, key, value)
+        done.append(f"add {value.split()[0]}")
     return done

@@ -10,13 +10,17 @@ module: gateway_keys
 short_description: Add, revoke or list the API gateway's keys (hashes only) without a restart
 description:
   - Keeps the map file the API gateway (HAProxy, the api_gateway role) reads, one
-    C(<sha256 hex> <name>) line per key, with a comment recording when it was added. A key is
-    never stored, only its SHA-256; the name is what the access log prints.
+    C(<sha256 hex> <name> [<max concurrent>]) line per key, with a comment recording when it was
+    added. A key is never stored, only its SHA-256; the name is what the access log prints; the
+    optional number is the key's own limit on requests in flight at once (0 for none), in place
+    of the gateway's default.
   - C(state=present) adds a key, and fails, changing nothing, when the name (or the hash) is
     already there, unless I(replace) is set (the role's C(service) entry, replaced when the
     inventory's key changes). C(state=absent) removes one and fails, changing nothing, when no
-    key has that name, unless I(missing_ok). C(state=query) changes nothing and returns the keys
-    (names, creation times, hash prefixes).
+    key has that name, unless I(missing_ok). C(state=limit) sets an existing key's own limit
+    (I(max_concurrent); omitted, back to the gateway's default) and fails, changing nothing, for
+    an unknown name. C(state=query) changes nothing and returns the keys (names, creation times,
+    hash prefixes, limits).
   - The file is written atomically (a temporary file in the same directory, then a rename) with
     I(owner), I(group) and I(mode), under a lock on its directory, so two concurrent runs cannot
     lose a key.
@@ -32,8 +36,14 @@ options:
   state:
     description: What to do.
     type: str
-    choices: [present, absent, query]
+    choices: [present, absent, limit, query]
     default: present
+  max_concurrent:
+    description:
+      - The key's own limit on requests in flight at once (C(state=present) or C(state=limit)),
+        1 to 4096, or 0 for none. Omitted, the gateway's default counts
+        (api_gateway_max_concurrent).
+    type: int
   name:
     description:
       - The key's name, pattern C([a-z0-9][a-z0-9._-]{0,62}); C(service) is the role's own.
@@ -95,7 +105,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 keys:
-  description: The keys after the change, as C({name, created, sha256_prefix, kind}).
+  description: >-
+    The keys after the change, as C({name, created, sha256_prefix, kind, max_concurrent})
+    (C(max_concurrent) null where the gateway's default counts).
   returned: always
   type: list
   elements: dict
@@ -129,10 +141,12 @@ from ansible_collections.gx10.cluster.plugins.module_utils.gateway_keys import (
     RuntimeApi,
     RuntimeApiError,
     add_key,
+    max_concurrent_error,
     name_error,
     parse_map,
     remove_key,
     render_map,
+    set_limit,
     sha256_error,
     sync_runtime,
 )
@@ -178,15 +192,34 @@ def write_map(module: AnsibleModule, path: str, text: str) -> None:
     module.atomic_move(temporary, path)
 
 
+def changed_entries(before: list[KeyEntry], params: dict[str, Any]) -> list[KeyEntry]:
+    """The keys after the operation `params` asks for (GatewayKeyError: it must not happen)."""
+    state, name = params["state"], params["name"]
+    if state == "present":
+        entry = KeyEntry(
+            name=name,
+            sha256=params["sha256"],
+            created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            max_concurrent=params["max_concurrent"],
+        )
+        return add_key(before, entry, replace=params["replace"])
+    if state == "limit":
+        return set_limit(before, name, params["max_concurrent"])
+    if state == "absent":
+        return remove_key(before, name, missing_ok=params["missing_ok"])
+    return before
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "required": True},
             "state": {
                 "type": "str",
-                "choices": ["present", "absent", "query"],
+                "choices": ["present", "absent", "limit", "query"],
                 "default": "present",
             },
+            "max_concurrent": {"type": "int"},
             "name": {"type": "str"},
             # Not secret for a generated key, but a hand-chosen one (the inventory's) could be
             # guessed from its hash offline: never in the output.
@@ -198,7 +231,11 @@ def main() -> None:
             "group": {"type": "str", "default": "haproxy"},
             "mode": {"type": "raw", "default": "0640"},
         },
-        required_if=[("state", "present", ("name", "sha256")), ("state", "absent", ("name",))],
+        required_if=[
+            ("state", "present", ("name", "sha256")),
+            ("state", "absent", ("name",)),
+            ("state", "limit", ("name",)),
+        ],
         supports_check_mode=True,
     )
     params = module.params
@@ -207,6 +244,8 @@ def main() -> None:
         error = name_error(name, allow_reserved=params["replace"] or params["missing_ok"])
         if state == "present" and not error:
             error = sha256_error(params["sha256"])
+        if not error and params["max_concurrent"] is not None:
+            error = max_concurrent_error(params["max_concurrent"])
         if error:
             module.fail_json(msg=f"{error}; nothing was changed")
 
@@ -221,14 +260,7 @@ def main() -> None:
     with locked(directory):
         before_text, before = read_map(module, path)
         try:
-            if state == "present":
-                created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-                entry = KeyEntry(name=name, sha256=params["sha256"], created=created)
-                after = add_key(before, entry, replace=params["replace"])
-            elif state == "absent":
-                after = remove_key(before, name, missing_ok=params["missing_ok"])
-            else:
-                after = before
+            after = changed_entries(before, params)
         except GatewayKeyError as exc:
             module.fail_json(msg=f"{exc}; nothing was changed", keys=[e.listed() for e in before])
         after_text = render_map(after)

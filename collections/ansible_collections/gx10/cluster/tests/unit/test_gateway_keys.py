@@ -23,11 +23,13 @@ from ansible_collections.gx10.cluster.plugins.module_utils.gateway_keys import (
     NotRunningError,
     RuntimeApi,
     add_key,
+    max_concurrent_error,
     name_error,
     parse_map,
     remove_key,
     render_map,
     runtime_changes,
+    set_limit,
 )
 from ansible_collections.gx10.cluster.tests.unit.localhost_playbook import run_tasks
 
@@ -79,8 +81,11 @@ def test_a_hand_written_line_without_its_comment_parses() -> None:
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
-        ("abc alice\n", "line 1 is not '<sha256 hex> <key name>'"),
+        ("abc alice\n", "line 1 is not '<sha256 hex> <key name> [<max concurrent>]'"),
         (f"{ALICE.sha256} alice extra\n", "line 1"),
+        (f"{ALICE.sha256} alice 2 3\n", "line 1"),
+        (f"{ALICE.sha256} alice -1\n", "line 1"),
+        (f"{ALICE.sha256} alice 4097\n", "line 1"),
         (f"{ALICE.sha256.upper()} alice\n", "line 1"),
         (f"{ALICE.sha256} alice\n{BOB.sha256} alice\n", "'alice' appears more than once"),
         (f"{ALICE.sha256} alice\n{ALICE.sha256} bob\n", "hash appears more than once"),
@@ -139,8 +144,61 @@ def test_listing_shows_a_hash_prefix_only() -> None:
         "created": "2026-01-02T03:04:05Z",
         "sha256_prefix": ALICE.sha256[:12],
         "kind": "user",
+        "max_concurrent": None,
     }
     assert KeyEntry("service", sha("s")).listed()["kind"] == "service"
+
+
+# --- a key's own limit of requests in flight ---------------------------------------------------
+
+
+def test_a_limit_is_the_entrys_second_word_for_haproxy() -> None:
+    swarm = KeyEntry("swarm", sha("swarm-key"), "now", max_concurrent=2)
+    free = KeyEntry("ci", sha("ci-key"), "now", max_concurrent=0)
+    lines = [line for line in render_map([ALICE, swarm, free]).splitlines() if line[0] != "#"]
+    assert lines == [f"{ALICE.sha256} alice", f"{swarm.sha256} swarm 2", f"{free.sha256} ci 0"]
+    assert parse_map(render_map([ALICE, swarm, free])) == [ALICE, swarm, free]
+    assert swarm.listed()["max_concurrent"] == 2
+
+
+def test_set_limit_changes_one_key_and_none_gives_back_the_default() -> None:
+    limited = set_limit([ALICE, BOB], "alice", 3)
+    assert limited == [KeyEntry("alice", ALICE.sha256, ALICE.created, 3), BOB]
+    assert set_limit(limited, "alice", None) == [ALICE, BOB]
+    with pytest.raises(GatewayKeyError, match="no key named 'carol'"):
+        set_limit([ALICE], "carol", 1)
+    with pytest.raises(GatewayKeyError, match="reserved"):
+        set_limit([KeyEntry("service", sha("s"))], "service", 1)
+    with pytest.raises(GatewayKeyError, match=re.escape("--max-concurrent 2")):
+        set_limit([ALICE], "alice", 5000)
+
+
+@pytest.mark.parametrize("value", [-1, 4097, True, 1.5, "2", None])
+def test_a_limit_must_be_a_whole_number_in_range(value: Any) -> None:
+    assert max_concurrent_error(value) is not None
+    assert max_concurrent_error(0) is None
+    assert max_concurrent_error(4096) is None
+
+
+def test_adding_the_same_key_with_another_limit_needs_replace() -> None:
+    again = KeyEntry("alice", ALICE.sha256, "later", max_concurrent=1)
+    with pytest.raises(GatewayKeyError, match="already exists"):
+        add_key([ALICE], again)
+    assert add_key([ALICE], again, replace=True) == [again]
+    # The same key, name and limit: nothing to do (its creation time stays).
+    assert add_key([ALICE], KeyEntry("alice", ALICE.sha256, "later"), replace=True) == [ALICE]
+
+
+def test_the_runtime_api_is_sent_a_value_with_its_space_escaped() -> None:
+    sent: list[str] = []
+
+    class Recording(RuntimeApi):
+        def command(self, line: str) -> str:
+            sent.append(line)
+            return "\n"
+
+    Recording("/nowhere").add("/etc/haproxy/gx10-keys.map", ALICE.sha256, "alice 2")
+    assert sent == [f"add map /etc/haproxy/gx10-keys.map {ALICE.sha256} alice\\ 2"]
 
 
 def test_runtime_changes_delete_stale_and_wrong_entries_and_add_missing() -> None:
@@ -157,6 +215,12 @@ def test_runtime_changes_delete_stale_and_wrong_entries_and_add_missing() -> Non
         [(BOB.sha256, "bob"), (sha("renamed"), "new-name"), (sha("d"), "dave")]
     )
     assert runtime_changes({ALICE.sha256: ["alice"]}, [ALICE]) == ([], [])
+    # A limit changed: the entry's value differs, so it is deleted and added with the new one.
+    limited = KeyEntry("alice", ALICE.sha256, max_concurrent=2)
+    assert runtime_changes({ALICE.sha256: ["alice"]}, [limited]) == (
+        [(ALICE.sha256, "alice 2")],
+        [ALICE.sha256],
+    )
 
 
 def test_no_socket_means_no_running_gateway(tmp_path: Path) -> None:
@@ -190,6 +254,10 @@ def test_the_module_adds_refuses_lists_and_revokes(tmp_path: Path) -> None:
             {module: {**common, "name": "Bad Name", "sha256": alice}},  # r7
             {module: {**common, "name": "service", "sha256": alice}},  # r8 reserved
             {module: {**common, "name": "dave", "sha256": bob}},  # r9 same key as bob
+            {module: {**common, "name": "bob", "state": "limit", "max_concurrent": 2}},  # r10
+            {module: {**common, "name": "bob", "state": "limit", "max_concurrent": 2}},  # r11
+            {module: {**common, "name": "eve", "sha256": alice, "max_concurrent": 9999}},  # r12
+            {module: {**common, "name": "carol", "state": "limit", "max_concurrent": 1}},  # r13
         ],
     )
     r = results
@@ -216,6 +284,13 @@ def test_the_module_adds_refuses_lists_and_revokes(tmp_path: Path) -> None:
     assert "reserved" in r["r8"]["msg"]
     assert r["r9"]["failed"] is True
     assert "already registered as 'bob'" in r["r9"]["msg"]
+    assert r["r10"]["changed"] is True
+    assert r["r10"]["keys"][0]["max_concurrent"] == 2
+    assert r["r11"]["changed"] is False
+    assert r["r12"]["failed"] is True
+    assert "max_concurrent 9999 is not valid" in r["r12"]["msg"]
+    assert r["r13"]["failed"] is True
+    assert "no key named 'carol'" in r["r13"]["msg"]
     # Never a whole hash in any result (the sha256 parameter is no_log).
     dumped = json.dumps(results)
     assert alice not in dumped
@@ -223,6 +298,7 @@ def test_the_module_adds_refuses_lists_and_revokes(tmp_path: Path) -> None:
     # The file: bob only, written whole, with the asked mode.
     assert parse_map(path.read_text())[0].name == "bob"
     assert [e.name for e in parse_map(path.read_text())] == ["bob"]
+    assert parse_map(path.read_text())[0].max_concurrent == 2
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
     assert not [p for p in path.parent.iterdir() if p.name.startswith(".gx10-keys.")]
 
