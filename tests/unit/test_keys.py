@@ -289,7 +289,7 @@ def test_limit_changes_a_keys_limit_and_default_gives_it_back(head: FakeHead) ->
 
 def test_usage_sums_the_access_log_per_key(head: FakeHead) -> None:
     head.log = [
-        f'10.0.0.5:1 [07/Dec/2026:21:40:0{n}.000] gx10_api gx10_engine/engine 0/0/0/5/5 {status} '
+        f"10.0.0.5:1 [07/Dec/2026:21:40:0{n}.000] gx10_api gx10_engine/engine 0/0/0/5/5 {status} "
         f'{size} ---- key={key} in={tin} out={tout} "POST /v1/chat/completions HTTP/1.1"'
         for n, (status, size, key, tin, tout) in enumerate(
             [
