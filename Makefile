@@ -83,6 +83,10 @@ lab: venv host-deps ## Bring the lab up, run site.yml against it, then a short b
 	gx10 bench -i inventories/lab --run bench/lab-short.yml --out $(LAB_BENCH)
 	@echo "open the report: $(LAB_BENCH)/report.html"
 	@echo "Prometheus (scraping the lab): http://127.0.0.1:$${GX10_LAB_PROMETHEUS_PORT:-9090}/targets"
+	@echo "the API, behind the gateway as on real nodes: a key for you, then your agents' configs:"
+	@echo "  gx10 keys add $${USER:-me} -i inventories/lab --key-file ~/gx10-lab.key"
+	@echo "  gx10 clients -i inventories/lab --key-file ~/gx10-lab.key --out lab-clients"
+	@echo "  (lab-clients/README.md starts each agent; docs/CLIENTS.md, docs/SECURITY.md)"
 	@if [ -n "$${DISPLAY:-}$${WAYLAND_DISPLAY:-}" ] && command -v xdg-open >/dev/null; then \
 	  xdg-open $(LAB_BENCH)/report.html >/dev/null 2>&1 || true; fi
 

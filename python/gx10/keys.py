@@ -1,7 +1,7 @@
 """`gx10 keys init|add|limit|list|revoke|usage -i INV`: the API gateway's keys (roles/api_gateway).
 
 `init` makes the inventory's own service key (the engine's, and the one the pipeline's checks
-send), here on the controller: INV/secrets/service.key, mode 0600, in a directory of mode 0700
+send), here on the controller: INV/.secrets/service.key, mode 0600, in a directory of mode 0700
 whose own .gitignore keeps it out of git. inventories/gx10 reads it with a file lookup, so no key
 is ever written in an inventory. Run again, it keeps the key (exit 0); a key file that others
 can read, or an empty one, is refused naming the fix. To rotate it: remove the file, init,
@@ -194,32 +194,44 @@ def add_parser(commands: Any, json_option: argparse.ArgumentParser) -> None:
     )
     actions = keys.add_subparsers(title="actions", metavar="ACTION", required=True)
 
-    i = actions.add_parser(
-        "init",
-        parents=[json_option],
-        help="make the inventory's service key (INV/secrets/service.key, 0600), once",
-        description=(
-            "Make the inventory's own service key (256 bits from the OS's CSPRNG) in "
-            f"INV/{SERVICE_KEY_FILE}, mode 0600, in a directory git ignores. The inventory reads "
-            "it with a file lookup (inventories/gx10 does). An existing key is kept."
-        ),
-    )
-    i.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
-    i.set_defaults(handler=_run_init)
+    def action(
+        name: str, handler: Any, help_text: str, description: str, *, named: str = "", runs: bool
+    ) -> argparse.ArgumentParser:
+        """One action: its NAME argument (when `named` describes it), -i, and -v when it runs
+        the playbook."""
+        parser: argparse.ArgumentParser = actions.add_parser(
+            name, parents=[json_option], help=help_text, description=description
+        )
+        if named:
+            parser.add_argument("name", metavar="NAME", help=named)
+        parser.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
+        if runs:
+            parser.add_argument(
+                "-v", "--verbose", action="store_true", help="show the playbook's progress"
+            )
+        parser.set_defaults(handler=handler)
+        return parser
 
-    a = actions.add_parser(
-        "add",
-        parents=[json_option],
-        help="make a key for NAME and show it once",
-        description=(
-            "Make a key (256 bits from the OS's CSPRNG) and register its hash as NAME. The key "
-            "is printed once, alone on stdout, or written to --key-file (mode 0600). A name "
-            "already taken is refused and nothing changes."
-        ),
+    action(
+        "init",
+        _run_init,
+        "make the inventory's service key (INV/.secrets/service.key, 0600), once",
+        "Make the inventory's own service key (256 bits from the OS's CSPRNG) in "
+        f"INV/{SERVICE_KEY_FILE}, mode 0600, in a directory git ignores. The inventory reads it "
+        "with a file lookup (inventories/gx10 does). An existing key is kept.",
+        runs=False,
     )
-    a.add_argument("name", metavar="NAME", help="the key's name, as the access log shows it")
-    a.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
-    a.add_argument(
+    add = action(
+        "add",
+        _run_add,
+        "make a key for NAME and show it once",
+        "Make a key (256 bits from the OS's CSPRNG) and register its hash as NAME. The key is "
+        "printed once, alone on stdout, or written to --key-file (mode 0600). A name already "
+        "taken is refused and nothing changes.",
+        named="the key's name, as the access log shows it",
+        runs=True,
+    )
+    add.add_argument(
         "--max-concurrent",
         type=max_concurrent,
         metavar="N",
@@ -227,79 +239,58 @@ def add_parser(commands: Any, json_option: argparse.ArgumentParser) -> None:
         "gateway's default (api_gateway_max_concurrent, 4) counts. One more gets 429 with "
         "Retry-After",
     )
-    a.add_argument(
+    add.add_argument(
         "--key-file",
         type=Path,
         metavar="F",
         help="write the key to F (created with mode 0600; an existing F is refused) instead of "
         "printing it",
     )
-    a.add_argument("-v", "--verbose", action="store_true", help="show the playbook's progress")
-    a.set_defaults(handler=_run_add)
-
-    r = actions.add_parser(
+    action(
         "revoke",
-        parents=[json_option],
-        help="revoke NAME's key (refused from the next request)",
-        description="Remove NAME's key; the running gateway refuses it from the next request.",
+        _run_revoke,
+        "revoke NAME's key (refused from the next request)",
+        "Remove NAME's key; the running gateway refuses it from the next request.",
+        named="the key's name",
+        runs=True,
     )
-    r.add_argument("name", metavar="NAME", help="the key's name")
-    r.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
-    r.add_argument("-v", "--verbose", action="store_true", help="show the playbook's progress")
-    r.set_defaults(handler=_run_revoke)
-
-    lim = actions.add_parser(
+    limit = action(
         "limit",
-        parents=[json_option],
-        help="set NAME's limit of requests in flight at once (from the next request)",
-        description=(
-            "Give NAME's key its own limit of requests in flight at once: N (1 to 4096), 0 for "
-            "none, or `default` for the gateway's (api_gateway_max_concurrent). The running "
-            "gateway counts it from the next request; nothing restarts."
-        ),
+        _run_limit,
+        "set NAME's limit of requests in flight at once (from the next request)",
+        "Give NAME's key its own limit of requests in flight at once: N (1 to 4096), 0 for "
+        "none, or `default` for the gateway's (api_gateway_max_concurrent). The running gateway "
+        "counts it from the next request; nothing restarts.",
+        named="the key's name",
+        runs=True,
     )
-    lim.add_argument("name", metavar="NAME", help="the key's name")
-    lim.add_argument(
+    limit.add_argument(
         "limit", metavar="N", type=limit_value, help="requests at once, 0 for none, or default"
     )
-    lim.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
-    lim.add_argument("-v", "--verbose", action="store_true", help="show the playbook's progress")
-    lim.set_defaults(handler=_run_limit)
-
-    ls = actions.add_parser(
+    action(
         "list",
-        parents=[json_option],
-        help="the keys: names, creation times, hash prefixes, limits",
-        description=(
-            "List the gateway's keys: name, when it was added, its hash's first digits, its "
-            "limit of requests in flight (`default`: the gateway's)."
-        ),
+        _run_list,
+        "the keys: names, creation times, hash prefixes, limits",
+        "List the gateway's keys: name, when it was added, its hash's first digits, its limit "
+        "of requests in flight (`default`: the gateway's).",
+        runs=True,
     )
-    ls.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
-    ls.add_argument("-v", "--verbose", action="store_true", help="show the playbook's progress")
-    ls.set_defaults(handler=_run_list)
-
-    u = actions.add_parser(
+    usage = action(
         "usage",
-        parents=[json_option],
-        help="requests and tokens per key, from the gateway's access log",
-        description=(
-            "Sum the gateway's access log (the head's journal) per key: requests served, "
-            "limited (429) and failed, and the prompt and completion tokens the responses "
-            "reported (a chat stream reports them only when its client asks, with "
-            "stream_options.include_usage; `counted` says how many did). Requests without a "
-            "known key (401) show as `-`."
-        ),
+        _run_usage,
+        "requests and tokens per key, from the gateway's access log",
+        "Sum the gateway's access log (the head's journal) per key: requests served, limited "
+        "(429) and failed, and the prompt and completion tokens the responses reported (a chat "
+        "stream reports them only when its client asks, with stream_options.include_usage; "
+        "`counted` says how many did). Requests without a known key (401) show as `-`.",
+        runs=True,
     )
-    u.add_argument("-i", "--inventory", required=True, help="inventory file or directory")
-    u.add_argument(
+    usage.add_argument(
         "--since",
         metavar="WHEN",
         help="only from WHEN on, as journalctl's --since takes it (--since=-24h, '24h ago', "
         "2026-12-01, yesterday); default: all the journal holds",
     )
-    u.add_argument("-v", "--verbose", action="store_true", help="show the playbook's progress")
-    u.set_defaults(handler=_run_usage)
 
 
 def _events(err: Console, args: argparse.Namespace) -> contextlib.AbstractContextManager[Any]:
@@ -334,25 +325,39 @@ def init_service_key(inventory: str | os.PathLike[str]) -> ServiceKey:
     root = where if where.is_dir() else where.parent
     path = root / SERVICE_KEY_FILE
     if path.exists():
-        mode = path.stat().st_mode & 0o777
-        if mode & 0o077:
-            raise KeysError(
-                f"{path} has mode {mode:04o}: others can read the service key; restrict it "
-                f"(chmod 600 {path}), or rotate it: remove the file, run gx10 keys init again "
-                "and converge"
-            )
-        if not path.read_text(encoding="utf-8").strip():
-            raise KeysError(f"{path} is empty: remove it and run gx10 keys init again")
-        return ServiceKey(path, created=False)
+        return ServiceKey(_usable(path), created=False)
     path.parent.mkdir(mode=0o700, exist_ok=True)
     ignore = path.parent / ".gitignore"
     if not ignore.exists():
         ignore.write_text(SECRETS_IGNORE, encoding="utf-8")
-    with _reserved(path, "the service key") as handle:
+    # Written whole under a temporary name, then linked into place: a reader (another init, a
+    # lookup) sees no key file or a whole one, and of two inits at once one key wins.
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    with _reserved(temporary, "the service key") as handle:
         handle.write(generate_key() + "\n")
         handle.flush()
         os.fsync(handle.fileno())
+    try:
+        os.link(temporary, path)
+    except FileExistsError:
+        return ServiceKey(_usable(path), created=False)  # another init made it meanwhile
+    finally:
+        temporary.unlink()
     return ServiceKey(path, created=True)
+
+
+def _usable(path: Path) -> Path:
+    """`path`, a service key file that is safe to use; KeysError naming the fix if not."""
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise KeysError(
+            f"{path} has mode {mode:04o}: others can read the service key; restrict it "
+            f"(chmod 600 {path}), or rotate it: remove the file, run gx10 keys init again "
+            "and converge"
+        )
+    if not path.read_text(encoding="utf-8").strip():
+        raise KeysError(f"{path} is empty: remove it and run gx10 keys init again")
+    return path
 
 
 def _run_init(args: argparse.Namespace) -> int:

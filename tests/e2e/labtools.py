@@ -22,6 +22,17 @@ RAIL_TIMEOUT = 180.0  # seconds for networkd to re-apply both rails after a boot
 MODEL_DIR = "/srv/models/DeepSeek-V4-Flash-0731"
 
 
+def service_key(inventory: Path = LAB_INVENTORY) -> str:
+    """The lab inventory's service key (`gx10 lab up` made it with `gx10 keys init`): the key
+    the pipeline's own checks send through the lab's gateway, as real nodes' do."""
+    return (inventory / ".secrets" / "service.key").read_text(encoding="utf-8").strip()
+
+
+def auth(inventory: Path = LAB_INVENTORY) -> dict[str, str]:
+    """The header a request to the lab's API sends: the gateway refuses any without a key."""
+    return {"authorization": f"Bearer {service_key(inventory)}"}
+
+
 def node_sh(node: str, script: str, *, check: bool = True) -> str:
     """Run a shell snippet inside a lab node and return its stdout."""
     proc = subprocess.run(

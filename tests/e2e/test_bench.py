@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from labtools import LAB_INVENTORY, node_sh
+from labtools import LAB_INVENTORY, auth, node_sh
 
 from gx10 import ProvisionResult, lab
 
@@ -126,7 +126,9 @@ def test_clock_sweep_with_telemetry_restores_the_policy(cool: None, tmp_path: Pa
         assert case["cache_hit_source"] == "server"
     text = "The morning was cold and the kettle took a long time to boil."
     body = {"model": results["model"], "prompt": text, "return_token_strs": True}
-    pieces = httpx.post(f"{results['endpoint']}/tokenize", json=body, timeout=30).json()
+    pieces = httpx.post(
+        f"{results['endpoint']}/tokenize", json=body, headers=auth(), timeout=30
+    ).json()
     # The regex tokenizer never makes a piece of more than 4 letters; the trained BPE does.
     assert any(len(p.strip()) > 4 for p in pieces["token_strs"]), pieces
 

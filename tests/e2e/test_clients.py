@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 import yaml
-from labtools import LAB_INVENTORY, node_sh
+from labtools import LAB_INVENTORY, node_sh, service_key
 
 from gx10 import ProvisionResult
 from gx10.cli import main
@@ -89,7 +89,8 @@ def request_of(agent: str, out: Path) -> dict[str, Any]:
 def first_chunk(request: dict[str, Any]) -> Any:
     """The first event of a streamed request as the agent makes it: a chat completion, or a
     response for an agent on the Responses API (Codex), with a tool."""
-    client = openai.OpenAI(base_url=request["base"], api_key="lab-has-no-key", timeout=60)
+    # The key a user gives the agent (here the lab's own): the lab's gateway wants one.
+    client = openai.OpenAI(base_url=request["base"], api_key=service_key(), timeout=60)
     if request.get("api") == "responses":
         function = TOOL["function"]
         events = client.responses.create(
@@ -120,7 +121,7 @@ def first_chunk(request: dict[str, Any]) -> Any:
 @pytest.mark.parametrize("agent", ["pi", "opencode", "codex", "aider", "continue"])
 def test_the_service_accepts_what_each_config_sends(agent: str, configs: Path) -> None:
     request = request_of(agent, configs)
-    listed = openai.OpenAI(base_url=request["base"], api_key="x").models.list()
+    listed = openai.OpenAI(base_url=request["base"], api_key=service_key()).models.list()
     assert request["model"] in [m.id for m in listed.data]
     chunk = first_chunk(request)
     assert chunk.model == request["model"]
@@ -129,7 +130,11 @@ def test_the_service_accepts_what_each_config_sends(agent: str, configs: Path) -
 def test_claude_code_reaches_the_server_root(configs: Path) -> None:
     env = json.loads((configs / "claude-code/settings.json").read_text())["env"]
     assert httpx.get(f"{env['ANTHROPIC_BASE_URL']}/health", timeout=10).status_code == 200
-    listed = httpx.get(f"{env['ANTHROPIC_BASE_URL']}/v1/models", timeout=10).json()
+    listed = httpx.get(
+        f"{env['ANTHROPIC_BASE_URL']}/v1/models",
+        headers={"x-api-key": service_key()},  # as Claude Code sends its key
+        timeout=10,
+    ).json()
     assert env["ANTHROPIC_MODEL"] in [m["id"] for m in listed["data"]]
 
 

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 import yaml
-from labtools import LAB_INVENTORY, node_sh
+from labtools import LAB_INVENTORY, auth, node_sh
 
 from gx10 import ProvisionResult, provision
 from gx10.doctor import engine_metrics
@@ -100,6 +100,8 @@ def _generate(api: str, requests: int, max_tokens: int) -> None:
     """`requests` completions of `max_tokens` at once (the lab serves the profile's 6 sequences
     at a time; the rest wait their turn, and every one still drafts)."""
 
+    key = auth()
+
     def one(n: int) -> int:
         body = {
             "model": "deepseek-v4-flash",
@@ -107,7 +109,7 @@ def _generate(api: str, requests: int, max_tokens: int) -> None:
             "max_tokens": max_tokens,
             "ignore_eos": True,
         }
-        return httpx.post(f"{api}/v1/completions", json=body, timeout=180).status_code
+        return httpx.post(f"{api}/v1/completions", json=body, headers=key, timeout=180).status_code
 
     with ThreadPoolExecutor(requests) as pool:
         assert set(pool.map(one, range(requests))) == {200}

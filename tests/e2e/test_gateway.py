@@ -1,13 +1,14 @@
-"""The API gateway on the lab (issue 14, per-user keys): the serve stage with the gateway on puts
-HAProxy on the head's API port and the engine on loopback; `gx10 keys` adds a key that a
-completion through the official openai client uses at once, the access log names it and never
-shows it, and a revoked key is refused at once; the engine is never restarted meanwhile, and its
-port is not reachable from the other node while the gateway's is.
+"""The API gateway on the lab (issue 14, per-user keys; issue 26, on by default): the lab serves
+as real nodes do, HAProxy on the head's API port and the engine on loopback; `gx10 keys` adds a
+key that a completion through the official openai client uses at once, the access log names it
+and never shows it, and a revoked key is refused at once; the engine is never restarted
+meanwhile, and its port is not reachable from the other node while the gateway's is. A key over
+its limit of requests in flight gets 429 while another key is served, and `gx10 keys usage`
+counts both.
 
-The gateway is set where a user sets it: in the inventory. The module's inventory is the lab's
-own (its hosts, group_vars and files, linked) plus group_vars/gx10.yml with the gateway's
-variables and a service key. At the end the serve stage runs with the lab's inventory alone,
-which takes the gateway away and serves on every address again, as the other modules expect.
+The inventory is the lab's own, with its service key from `gx10 keys init` (made by `gx10 lab
+up`). The last test turns the gateway off and on again, as a user would in the inventory: the
+engine answers on every address without it, and the keys count again when it is back.
 """
 
 from __future__ import annotations
@@ -16,22 +17,19 @@ import contextlib
 import io
 import json
 import re
-import secrets
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 import yaml
-from labtools import LAB_INVENTORY, node_sh
+from labtools import LAB_INVENTORY, ROOT, auth, node_sh, service_key
 
 from gx10 import ProvisionResult, provision
 from gx10.cli import main
 
 CONTAINER = "gx10-vllm"
 UNIT = "gx10-gateway.service"
-SERVICE_KEY = "e2e-service-" + secrets.token_urlsafe(16)
 MODEL = "deepseek-v4-flash"
 API, ENGINE = 8000, 8001
 
@@ -69,32 +67,16 @@ def _cli(*argv: str) -> tuple[int, str, str]:
 
 
 @pytest.fixture(scope="module")
-def inventory(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The lab's inventory with the gateway on, as a user would write it."""
-    path = tmp_path_factory.mktemp("gateway") / "inventory"
-    path.mkdir()
-    for name in ("hosts.yml", "files"):
-        (path / name).symlink_to(LAB_INVENTORY / name)
-    (path / "group_vars").mkdir()
-    (path / "group_vars" / "all.yml").symlink_to(LAB_INVENTORY / "group_vars" / "all.yml")
-    (path / "group_vars" / "gx10.yml").write_text(
-        yaml.safe_dump({"gx10_gateway_enabled": True, "vllm_serve_api_key": SERVICE_KEY})
-    )
-    return path
+def inventory() -> Path:
+    """The lab's inventory: the gateway on, its service key from `gx10 keys init`'s file."""
+    return LAB_INVENTORY
 
 
 @pytest.fixture(scope="module")
-def gated(serving_lab: ProvisionResult, inventory: Path) -> Iterator[ProvisionResult]:
-    result = provision(inventory, "serve.yml")
-    try:
-        assert result.ok, result.failed_tasks
-        yield result
-    finally:
-        restored = provision(LAB_INVENTORY, "serve.yml")
-        node_sh("gx10-a", "rm -f /etc/haproxy/gx10-keys.map")
-        assert restored.ok, restored.failed_tasks
-        assert node_sh("gx10-a", f"systemctl is-active {UNIT} || true").strip() != "active"
-        assert httpx.get(f"http://{HEAD}:{API}/health", timeout=10).status_code == 200
+def gated(serving_lab: ProvisionResult) -> ProvisionResult:
+    """The lab as the shared converge left it: serving behind the gateway."""
+    assert node_sh("gx10-a", f"systemctl is-active {UNIT}").strip() == "active"
+    return serving_lab
 
 
 def test_the_engine_is_on_loopback_and_only_the_gateway_is_reachable(
@@ -105,12 +87,29 @@ def test_the_engine_is_on_loopback_and_only_the_gateway_is_reachable(
     assert _code("gx10-b", f"http://{HEAD}:{ENGINE}/health") == "000"  # refused
     assert _code("gx10-b", f"http://{HEAD}:{API}/v1/models") == "401"
     assert (
-        _code("gx10-b", f"http://{HEAD}:{API}/v1/models", f"Authorization: Bearer {SERVICE_KEY}")
-        == "200"
+        httpx.get(f"http://{HEAD}:{API}/v1/models", headers=auth(), timeout=10).status_code == 200
     )
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://{HEAD}:{ENGINE}/health", timeout=5)
     assert node_sh("gx10-a", f"systemctl is-enabled {UNIT}").strip() == "enabled"
+
+
+def test_every_vllm_route_is_refused_without_a_key_from_the_other_node(
+    gated: ProvisionResult,
+) -> None:
+    """Each of vLLM's routes (tests/fixtures/vllm-routes.json) asked from the worker node without
+    a key: 401 from the gateway, none answered by the engine (whose own key guards /v1/* only)."""
+    routes = json.loads((ROOT / "tests" / "fixtures" / "vllm-routes.json").read_text())["routes"]
+    script = "; ".join(
+        f"printf '%s %s\\n' {route['path']} "
+        f"$(curl -s -o /dev/null -w '%{{http_code}}' --max-time 5 -X {route['method']} "
+        f"-H 'content-type: application/json' -d '{{}}' http://{HEAD}:{API}{route['path']})"
+        for route in routes
+    )
+    answers = dict(line.split() for line in node_sh("gx10-b", script).splitlines())
+    assert len(answers) == len(routes)
+    assert {path: code for path, code in answers.items() if code != "401"} == {}
+    assert _code("gx10-b", f"http://{HEAD}:{API}/health") == "200"
 
 
 def test_the_smoke_stage_goes_through_the_gateway(gated: ProvisionResult, inventory: Path) -> None:
@@ -119,7 +118,7 @@ def test_the_smoke_stage_goes_through_the_gateway(gated: ProvisionResult, invent
     log = node_sh("gx10-a", f"journalctl -u {UNIT} --no-pager -o cat")
     # The smoke stage's completion, with the tokens the engine reported.
     assert re.search(r'key=service in=[1-9]\d* out=[1-9]\d* "POST /v1/chat/completions', log)
-    assert SERVICE_KEY not in log
+    assert service_key() not in log
 
 
 def test_a_key_added_used_and_revoked_without_restarting_anything(
@@ -145,6 +144,12 @@ def test_a_key_added_used_and_revoked_without_restarting_anything(
     assert re.search(r'key=e2e-alice in=[1-9]\d* out=[1-9]\d* "POST /v1/chat/completions', log)
     assert key not in log
     assert key not in node_sh("gx10-a", f"docker logs {CONTAINER} 2>&1 | tail -n 500")
+    # Nor the service key, nor this one, in any process's arguments on either node (the engine
+    # reads its key from the environment, HAProxy and the supervisor's probe from files).
+    for node in ("gx10-a", "gx10-b"):
+        processes = node_sh(node, "ps -eo args")
+        assert key not in processes, node
+        assert service_key() not in processes, node
 
     code, out, err = _cli("keys", "list", "-i", str(inventory), "--json")
     assert code == 0, err
@@ -231,3 +236,32 @@ def _ask(client: openai.OpenAI, question: str) -> openai.types.chat.ChatCompleti
     return client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": question}], max_tokens=8
     )
+
+
+def test_the_gateway_turned_off_and_on_again_keeps_the_keys(gated: ProvisionResult) -> None:
+    """Off (the inventory says its network is trusted): the engine answers on the API port
+    without a key and the gateway is stopped, its unit gone; on again: a key added before counts
+    again (the key map stays), and the engine is back on loopback."""
+    code, out, err = _cli("keys", "add", "e2e-carol", "-i", str(LAB_INVENTORY))
+    assert code == 0, err
+    key = out.strip()
+    try:
+        off = provision(
+            LAB_INVENTORY,
+            "serve.yml",
+            extravars={"gx10_gateway_enabled": False, "gx10_allow_unauthenticated": True},
+        )
+        assert off.ok, off.failed_tasks
+        assert node_sh("gx10-a", f"systemctl is-active {UNIT} || true").strip() != "active"
+        assert httpx.get(f"http://{HEAD}:{API}/health", timeout=10).status_code == 200
+        # The engine's own key guards /v1/* (vLLM's --api-key); /tokenize answers anyone.
+        assert httpx.get(f"http://{HEAD}:{API}/v1/models", headers=auth()).status_code == 200
+        tokenize = {"model": MODEL, "prompt": "open"}
+        assert httpx.post(f"http://{HEAD}:{API}/tokenize", json=tokenize).status_code == 200
+    finally:
+        on = provision(LAB_INVENTORY, "serve.yml")
+        assert on.ok, on.failed_tasks
+    assert httpx.get(f"http://{HEAD}:{API}/tokenize").status_code == 401
+    carol = httpx.get(f"http://{HEAD}:{API}/v1/models", headers={"x-api-key": key}, timeout=10)
+    assert carol.status_code == 200
+    assert _cli("keys", "revoke", "e2e-carol", "-i", str(LAB_INVENTORY))[0] == 0

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from labtools import LAB_INVENTORY, node_sh
+from labtools import LAB_INVENTORY, auth, node_sh
 
 from gx10 import ProvisionResult, lab
 from gx10.lab.config import LabConfig
@@ -124,7 +124,7 @@ def test_a_request_raises_the_generation_counter(scraped: None) -> None:
         "max_tokens": 32,
         "ignore_eos": True,
     }
-    response = httpx.post(f"{HEAD_API}/v1/completions", json=body, timeout=120)
+    response = httpx.post(f"{HEAD_API}/v1/completions", json=body, headers=auth(), timeout=120)
     assert response.status_code == 200, response.text
     assert response.json()["usage"]["completion_tokens"] == 32
     after = wait_for(

@@ -19,6 +19,9 @@ from gx10 import ProvisionResult, provision
 from gx10.lab import images
 
 CONTAINER = "gx10-vllm"
+# The engine's own /metrics, from the head itself: behind the gateway it listens on loopback at
+# gx10_gateway_engine_port (8001); the gateway's port wants a key for /metrics.
+ENGINE_METRICS = "http://127.0.0.1:8001/metrics"
 MODEL_DIR = "/srv/models/DeepSeek-V4-Flash-0731"
 
 
@@ -202,9 +205,7 @@ def left_down(served: ProvisionResult) -> Iterator[None]:
     assert _container_id("gx10-b")
     # The pair runs the image's own encoding again. The overlay's replacement files went with the
     # first launch after the overlaid pair was stopped (a rank mounting none of them).
-    assert f'encoding_sha256="{ENCODING_BASE}"' in node_sh(
-        "gx10-a", "curl -sf http://127.0.0.1:8000/metrics"
-    )
+    assert f'encoding_sha256="{ENCODING_BASE}"' in node_sh("gx10-a", f"curl -sf {ENGINE_METRICS}")
     for node in ("gx10-a", "gx10-b"):
         assert not node_sh(node, f"ls {OVERLAY_DIR}").strip(), node
 
@@ -221,7 +222,7 @@ def test_an_overlay_is_applied_and_verified_in_every_rank(left_down: None, tmp_p
         assert seen == fixed
         log = node_sh(node, f"docker logs {CONTAINER} 2>&1")
         assert f"DeepSeek V4 encoding {ENCODING} (sha256 {fixed})" in log, log[-2000:]
-    metrics = node_sh("gx10-a", "curl -sf http://127.0.0.1:8000/metrics")
+    metrics = node_sh("gx10-a", f"curl -sf {ENGINE_METRICS}")
     assert f'encoding_sha256="{fixed}"' in metrics
     again = _serve(vllm_serve_overlay=overlay)
     assert again.ok, again.failed_tasks

@@ -25,6 +25,7 @@ from labtools import (
     LAB_INVENTORY,
     LoneWatch,
     agent_status,
+    auth,
     jumbo_pings,
     node_sh,
     rank_container,
@@ -87,7 +88,7 @@ def _answers() -> None:
         "messages": [{"role": "user", "content": "Say hi."}],
         "max_tokens": 4,
     }
-    reply = httpx.post(f"{HEAD_API}/v1/chat/completions", json=body, timeout=60)
+    reply = httpx.post(f"{HEAD_API}/v1/chat/completions", json=body, headers=auth(), timeout=60)
     assert reply.status_code == 200, reply.text
     answer = reply.json()
     assert len(answer["choices"]) == 1, answer

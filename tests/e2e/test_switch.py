@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from labtools import ROOT, node_sh, rank_container, task_results
+from labtools import ROOT, auth, node_sh, rank_container, task_results
 
 from gx10 import ProvisionResult, lab, provision
 
@@ -236,7 +236,10 @@ def test_supervised_a_crashed_rank_restarts_all_four_workers_first(
     # The group answers again through the head (the smoke stage's checks ran in the converge).
     body = {"model": "deepseek-v4-flash", "messages": [{"role": "user", "content": "hi"}]}
     reply = httpx.post(
-        f"{HEAD_API}/v1/chat/completions", json={**body, "max_tokens": 4}, timeout=60
+        f"{HEAD_API}/v1/chat/completions",
+        json={**body, "max_tokens": 4},
+        headers=auth(LAB4),
+        timeout=60,
     )
     assert reply.status_code == 200, reply.text
     assert reply.json()["usage"]["completion_tokens"] > 0

@@ -433,48 +433,14 @@ def test_metrics_and_load_need_a_key_though_vllm_serves_them_to_anyone(
         assert backend.seen[-1]["path"] == path
 
 
-# vLLM's OpenAI-compatible server's routes (its documentation, docs.vllm.ai "OpenAI-Compatible
-# Server", and the dev-mode and pooling routes its api_server registers): the engine answers each
-# of them, /v1/* alone checking --api-key. The gateway refuses anything but its exact public
-# paths, so this is a sample of what must be refused, not the rule.
-VLLM_ROUTES = (
-    ("GET", "/v1/models"),
-    ("POST", "/v1/chat/completions"),
-    ("POST", "/v1/completions"),
-    ("POST", "/v1/responses"),
-    ("GET", "/v1/responses/resp_1"),
-    ("POST", "/v1/messages"),
-    ("POST", "/v1/messages/count_tokens"),
-    ("POST", "/v1/embeddings"),
-    ("POST", "/v1/audio/transcriptions"),
-    ("POST", "/v1/audio/translations"),
-    ("POST", "/v1/score"),
-    ("POST", "/v1/rerank"),
-    ("POST", "/v2/rerank"),
-    ("POST", "/v1/load_lora_adapter"),
-    ("POST", "/v1/unload_lora_adapter"),
-    ("POST", "/tokenize"),
-    ("POST", "/detokenize"),
-    ("GET", "/get_tokenizer_info"),
-    ("POST", "/pooling"),
-    ("POST", "/classify"),
-    ("POST", "/score"),
-    ("POST", "/rerank"),
-    ("POST", "/invocations"),
-    ("GET", "/metrics"),
-    ("GET", "/load"),
-    ("GET", "/server_info"),
-    ("POST", "/reset_prefix_cache"),
-    ("POST", "/sleep"),
-    ("POST", "/wake_up"),
-    ("GET", "/is_sleeping"),
-    ("POST", "/collective_rpc"),
-    ("POST", "/scale_elastic_ep"),
-    ("POST", "/start_profile"),
-    ("POST", "/stop_profile"),
-    ("GET", "/openapi.json"),
-    ("GET", "/docs"),
-    ("GET", "/redoc"),
+# vLLM's routes (tests/fixtures/vllm-routes.json, its sources there): the engine answers each,
+# /v1/* alone checking --api-key. The gateway refuses anything but its exact public paths, so
+# this is a sample of what must be refused, not the rule.
+VLLM_ROUTES = tuple(
+    (route["method"], route["path"])
+    for route in json.loads((ROOT / "tests" / "fixtures" / "vllm-routes.json").read_text())[
+        "routes"
+    ]
 )
 # Paths that are not exactly a public one, however close: refused, never normalised into one.
 PATH_TRICKS = (

@@ -41,7 +41,10 @@ def test_the_lab_inventory() -> None:
     assert b.argv(["nvidia-smi", "-L"]) == ["docker", "exec", "-i", "gx10-b", "nvidia-smi", "-L"]
     assert cluster.endpoint == "http://172.31.240.10:8000"  # gx10_api_host of the head
     assert cluster.model == "deepseek-v4-flash"
-    assert cluster.api_key == ""
+    # The lab's service key, read where its inventory reads it (`gx10 keys init`'s file).
+    key_file = ROOT / "inventories" / "lab" / ".secrets" / "service.key"
+    assert cluster.api_key == key_file.read_text(encoding="utf-8").strip()
+    assert cluster.api_key.startswith("gx10-")
 
 
 def test_ssh_nodes_with_become_and_templated_values(tmp_path: Path) -> None:

@@ -545,7 +545,8 @@ def test_out_dir_not_writable(
 def test_bad_key_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     err = refused(capsys, tmp_path / "out", "--key-env", "MY-KEY")
     assert "--key-env 'MY-KEY' is not an environment variable name" in err
-    err = refused(capsys, tmp_path / "out", "--inline-key")  # the lab sets no key
+    keyless = inventory(tmp_path)
+    err = refused(capsys, tmp_path / "out", "--inline-key", inventory=keyless)
     assert "--inline-key: no key to write: the inventory sets no vllm_serve_api_key" in err
     err = refused(capsys, tmp_path / "out", "--inline-key", "--key-file", tmp_path / "none")
     assert f"--inline-key: cannot read --key-file {tmp_path}/none" in err

@@ -76,14 +76,11 @@ LAB_TIMINGS = {
     )
 }
 
-# Not yet the production shape: issue 26 turns supervision and the gateway on in the lab too
-# (the end-to-end files then start from them instead of switching them on and back). Until then
-# the lab says its network is trusted, which validation requires of an engine without the gateway.
+# Not yet the production shape: issue 26 turns supervision on in the lab too (the end-to-end
+# files then start from it instead of switching it on and back). The gateway, and its key from
+# `gx10 keys init`'s file, are on in both.
 NOT_YET = {
     "vllm_supervisor_enabled": "issue 26: the lab serves unsupervised; inventories/lab4 does not",
-    "gx10_gateway_enabled": "issue 26: the lab's engine answers on the API port directly",
-    "vllm_serve_api_key": "issue 26: the lab's gateway would read it from `gx10 keys init`'s file",
-    "gx10_allow_unauthenticated": "issue 26: the lab's word for its engine without the gateway",
 }
 
 DECLARED = {**HARDWARE, **TEST_EQUIPMENT, **LAB_TIMINGS, **NOT_YET}

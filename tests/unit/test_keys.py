@@ -333,7 +333,7 @@ def test_init_makes_the_service_key_0600_in_a_directory_git_ignores(tmp_path: Pa
     (inventory / "hosts.yml").write_text("all: {}\n", encoding="utf-8")
     run = invoke(["keys", "init", "-i", str(inventory)])
     assert run.code == 0, run.stderr
-    path = inventory / "secrets" / "service.key"
+    path = inventory / ".secrets" / "service.key"
     key = path.read_text(encoding="utf-8").strip()
     assert TOKEN.match(key), key
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -341,7 +341,7 @@ def test_init_makes_the_service_key_0600_in_a_directory_git_ignores(tmp_path: Pa
     assert (path.parent / ".gitignore").read_text(encoding="utf-8").splitlines()[-1] == "*"
     assert key not in run.stdout + run.stderr  # the file has it; nothing shows it
     assert str(path) in run.stdout
-    assert "lookup('file', inventory_dir ~ '/secrets/service.key'" in run.stdout
+    assert "lookup('file', inventory_dir ~ '/.secrets/service.key'" in run.stdout
 
     # An inventory file: the key goes beside it.
     again = invoke(["keys", "init", "-i", str(inventory / "hosts.yml"), "--json"])
@@ -351,7 +351,7 @@ def test_init_makes_the_service_key_0600_in_a_directory_git_ignores(tmp_path: Pa
 
 
 def test_init_keeps_no_key_others_can_read_and_no_empty_one(tmp_path: Path) -> None:
-    secrets_dir = tmp_path / "secrets"
+    secrets_dir = tmp_path / ".secrets"
     secrets_dir.mkdir()
     path = secrets_dir / "service.key"
     path.write_text("gx10-old\n", encoding="utf-8")
@@ -368,6 +368,21 @@ def test_init_keeps_no_key_others_can_read_and_no_empty_one(tmp_path: Path) -> N
     assert f"{path} is empty" in run.stderr
 
 
+def test_inits_at_once_agree_on_one_whole_key(tmp_path: Path) -> None:
+    """`gx10 lab up`, molecule and the unit run may init the lab's key at the same time: one
+    key wins, each sees it whole, no temporary file stays."""
+    import concurrent.futures  # noqa: PLC0415
+
+    (tmp_path / "hosts.yml").write_text("all: {}\n")
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        made = list(pool.map(lambda _: keys.init_service_key(tmp_path), range(16)))
+    assert sum(m.created for m in made) == 1
+    assert {m.path for m in made} == {tmp_path / ".secrets" / "service.key"}
+    assert TOKEN.match((tmp_path / ".secrets" / "service.key").read_text().strip())
+    left = sorted(p.name for p in (tmp_path / ".secrets").iterdir())
+    assert left == [".gitignore", "service.key"]
+
+
 def test_init_refuses_an_inventory_that_is_not_there(tmp_path: Path) -> None:
     run = invoke(["keys", "init", "-i", str(tmp_path / "nope")])
     assert run.code == 1
@@ -381,7 +396,7 @@ def test_gx10s_own_inventory_readers_get_the_key_init_wrote(tmp_path: Path) -> N
     and empty before init. The lookup must work without Ansible's collection loader."""
     inventory = tmp_path / "gx10"
     shutil.copytree(
-        ROOT / "inventories" / "gx10", inventory, ignore=shutil.ignore_patterns("secrets")
+        ROOT / "inventories" / "gx10", inventory, ignore=shutil.ignore_patterns(".secrets")
     )
     read = (
         "import sys; from gx10.bench.nodes import load_cluster; "
@@ -404,3 +419,22 @@ def test_gx10s_own_inventory_readers_get_the_key_init_wrote(tmp_path: Path) -> N
     assert f'vllm_serve_api_key: "{expression}"' == keys.LOOKUP
     made = keys.init_service_key(inventory)
     assert key_read() == repr(made.path.read_text(encoding="utf-8").strip())
+
+
+def test_ansible_reads_no_host_from_the_key_file(tmp_path: Path) -> None:
+    """Ansible reads every file of an inventory directory, recursively, as inventory (a line of
+    text is a host name to its INI plugin), but never a hidden one: the key lives in `.secrets`,
+    so it never becomes a host (in --list, --limit, `hosts: all`). Found when it was `secrets/`."""
+    inventory = tmp_path / "gx10"
+    shutil.copytree(
+        ROOT / "inventories" / "gx10", inventory, ignore=shutil.ignore_patterns(".secrets")
+    )
+    key = keys.init_service_key(inventory).path.read_text(encoding="utf-8").strip()
+    listed = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(inventory), "--list"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert key not in listed.stdout + listed.stderr
+    hosts = json.loads(listed.stdout)["_meta"]["hostvars"].keys()
+    assert set(hosts) == {"gx10-a", "gx10-b"}

@@ -37,9 +37,13 @@ def test_the_image_is_debians_prometheus_serving_on_9090() -> None:
 
 def test_the_lab_config_is_gx10_metrics_config_of_the_lab_inventory() -> None:
     files = manager.prometheus_files(LabConfig())
-    assert sorted(files) == ["prometheus.yml"]  # the lab sets no API key: no key file
+    # The lab's gateway wants a key for /metrics: the lab inventory's, in a file of its own.
+    assert sorted(files) == ["prometheus.yml", "vllm-api-key"]
     text, mode = files["prometheus.yml"]
     assert mode == 0o644
+    key = (ROOT / "inventories" / "lab" / ".secrets" / "service.key").read_text().strip()
+    assert files["vllm-api-key"] == (key + "\n", 0o600)
+    assert key not in text
     jobs = {j["job_name"]: j for j in yaml.safe_load(text)["scrape_configs"]}
     assert [c["targets"] for c in jobs["vllm"]["static_configs"]] == [["172.31.240.10:8000"]]
     assert [c["targets"] for c in jobs["node"]["static_configs"]] == [

@@ -80,7 +80,11 @@ def test_the_lab_inventory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     ]
     assert vllm["metrics_path"] == "/metrics"
     assert vllm["scheme"] == "http"
-    assert "authorization" not in vllm  # the lab sets no API key
+    # The lab's gateway wants a key for /metrics too: the inventory's, by file reference only
+    # (written beside the config with --write-key; never into prometheus.yml).
+    assert vllm["authorization"] == {"type": "Bearer", "credentials_file": "vllm-api-key"}
+    key = (ROOT / "inventories" / "lab" / ".secrets" / "service.key").read_text().strip()
+    assert key not in (tmp_path / "out" / "prometheus.yml").read_text()
     # The lab's nodes are containers on its management network: reached by name.
     assert targets(jobs["node"]) == [
         ("gx10-a:9100", {"node": "gx10-a", "role": "head", "rank": "0"}),
@@ -94,7 +98,8 @@ def test_the_lab_inventory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
         "role": "worker",
         "rank": "1",
     }
-    assert document["notes"] == []
+    (note,) = document["notes"]
+    assert note.startswith("The inventory sets vllm_serve_api_key: put the key in vllm-api-key")
 
 
 def test_the_real_nodes_inventory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -226,7 +231,8 @@ def test_key_file_names_the_file_and_needs_no_inventory_key(
 def test_write_key_without_an_inventory_key_is_refused(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    code, _, stderr = run(capsys, "-i", LAB, "--out", tmp_path / "out", "--write-key")
+    inv = inventory(tmp_path)
+    code, _, stderr = run(capsys, "-i", inv, "--out", tmp_path / "out", "--write-key")
     assert code == 1
     assert "the inventory sets no vllm_serve_api_key" in stderr
     assert not (tmp_path / "out").exists()
@@ -296,7 +302,7 @@ def test_promtool_checks_the_config(
         inv = inventory(tmp_path, group_vars=f"vllm_serve_api_key: {SECRET}\n")
         code, _, stderr = run(capsys, "-i", inv, "--out", out, "--write-key")
     else:
-        code, _, stderr = run(capsys, "-i", LAB, "--out", out)
+        code, _, stderr = run(capsys, "-i", inventory(tmp_path), "--out", out)
     assert code == 0, stderr
     check = subprocess.run(
         [str(promtool), "check", "config", str(out / "prometheus.yml")],

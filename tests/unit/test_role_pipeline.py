@@ -198,10 +198,12 @@ def test_a_setup_that_reads_the_plan_validates_first() -> None:
             assert imports_of(setup)[:1] == ["playbooks/validate.yml"], setup
 
 
-def test_a_scenario_that_turns_supervision_or_the_gateway_on_turns_it_off_in_cleanup(
+def test_a_scenario_that_changes_the_labs_shape_puts_it_back_in_cleanup(
     tmp_path: Path,
 ) -> None:
-    """The end-to-end stage starts from what the pipeline leaves: the lab inventory's defaults."""
+    """The end-to-end stage starts from what the pipeline leaves: the lab inventory's defaults.
+    A scenario that turns supervision or the gateway on or off with extra variables turns it
+    back in its cleanup (the gateway is the lab's default now: no scenario sets it)."""
     turned_on = []
     for one in SCENARIOS:
         scenario = role_pipeline.load_scenario(REPO, one.name, tmp_path, ENVIRON)
@@ -209,10 +211,10 @@ def test_a_scenario_that_turns_supervision_or_the_gateway_on_turns_it_off_in_cle
         for arg in scenario.ansible_args:
             if arg.startswith("--extra-vars="):
                 extra.update(json.loads(arg.removeprefix("--extra-vars=")))
-        if extra.get("vllm_supervisor_enabled") or extra.get("gx10_gateway_enabled"):
+        if {"vllm_supervisor_enabled", "gx10_gateway_enabled"} & extra.keys():
             turned_on.append(one.name)
             assert scenario.steps[-1] == "cleanup", one.name
-    assert turned_on == ["vllm_supervisor", "api_gateway"]
+    assert turned_on == ["vllm_supervisor"]
     # The supervisor's cleanup is its setup (the pair and the supervisor taken away), reused.
     assert imports_of(MOLECULE / "vllm_supervisor" / "cleanup.yml") == [
         "molecule/vllm_supervisor/setup.yml"
@@ -309,7 +311,6 @@ def test_a_scenario_alone_runs_all_its_prerequisites(tmp_path: Path) -> None:
         ("converge", None),
         ("idempotence", None),
         ("verify", None),
-        ("cleanup", None),
     ]
 
 
@@ -327,32 +328,28 @@ def test_selected_scenarios_run_in_pipeline_order_sharing_prerequisites(tmp_path
 
 
 def test_each_step_gets_molecule_s_arguments_and_environment(tmp_path: Path) -> None:
-    run, recorder, out = pipeline(tmp_path, ["hardware_swap", "api_gateway"])
+    run, recorder, out = pipeline(tmp_path, ["hardware_swap", "vllm_supervisor"])
     assert run.run() == 0, out.getvalue()
     calls = {(call.scenario, call.kind): call for call in recorder.calls}
 
-    gateway = MOLECULE / "api_gateway"
-    extra = (
-        '--extra-vars={"gx10_gateway_enabled": true, "vllm_serve_api_key": '
-        '"molecule-gateway-service-key"}'
-    )
+    supervisor = MOLECULE / "vllm_supervisor"
+    extra = '--extra-vars={"vllm_supervisor_enabled": true}'
     skip = ["--skip-tags", "molecule-notest,notest"]
-    converge = str(gateway / "converge.yml")
-    assert calls["api_gateway", "converge"].argv == [
+    converge = str(supervisor / "converge.yml")
+    assert calls["vllm_supervisor", "converge"].argv == [
         "ansible-playbook", *skip, f"--inventory={LAB}", extra, converge
     ]  # fmt: skip
-    assert calls["api_gateway", "check"].argv == [
+    assert calls["vllm_supervisor", "check"].argv == [
         "ansible-playbook", "--check", *skip, f"--inventory={LAB}", extra, converge
     ]  # fmt: skip
-    assert calls["api_gateway", "idempotence"].argv == [
+    assert calls["vllm_supervisor", "idempotence"].argv == [
         "ansible-playbook", "--skip-tags", "molecule-notest,notest,molecule-idempotence-notest",
         f"--inventory={LAB}", extra, converge,
     ]  # fmt: skip
-    assert calls["api_gateway", "setup"].argv[-1] == str(gateway / "setup.yml")
-    assert calls["api_gateway", "cleanup"].argv[-1] == str(gateway / "cleanup.yml")
-    assert calls["api_gateway", "verify"].argv == [
+    assert calls["vllm_supervisor", "cleanup"].argv[-1] == str(supervisor / "cleanup.yml")
+    assert calls["vllm_supervisor", "verify"].argv == [
         "pytest", "--ansible-inventory", LAB, "--connection", "ansible", "-p", "no:cacheprovider",
-        str(gateway / "tests" / "test_api_gateway.py"),
+        str(supervisor / "tests" / "test_vllm_supervisor.py"),
     ]  # fmt: skip
     assert calls[None, "syntax"].argv == [
         "ansible-playbook", "--syntax-check", f"--inventory={LAB}",

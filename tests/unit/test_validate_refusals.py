@@ -356,12 +356,12 @@ def test_a_bad_manifest_is_refused_in_the_validate_play(
 def test_an_engine_open_to_the_network_is_refused_in_the_validate_play(
     lab_copy: Path, tmp_path: Path
 ) -> None:
-    """The lab's own word (gx10_allow_unauthenticated: true) taken back: without the gateway,
-    the run stops before any node is touched, naming both ways out."""
-    inventory = variant(lab_copy, tmp_path, group_vars={"gx10_allow_unauthenticated": False})
+    """The lab's gateway turned off, and nothing said of the network: the run stops before any
+    node is touched, naming both ways out."""
+    inventory = variant(lab_copy, tmp_path, group_vars={"gx10_gateway_enabled": False})
     message = refused_in_validation(run(inventory, tmp_path, "site.yml"))
     assert message.startswith("Inventory validation failed (1 problem)"), message
-    assert "gx10_gateway_enabled is unset: the engine would answer on every address" in message
+    assert "gx10_gateway_enabled is false: the engine would answer on every address" in message
     assert "gx10_gateway_enabled: true" in message
     assert "gx10 keys init -i INVENTORY" in message
     assert "gx10_allow_unauthenticated: true" in message
@@ -375,7 +375,7 @@ def test_the_real_node_inventory_serves_behind_the_gateway_with_the_key_init_mak
     monkeypatch.setenv("GX10_HOME", str(ROOT))
     inventory = tmp_path / "gx10"
     shutil.copytree(
-        ROOT / "inventories" / "gx10", inventory, ignore=shutil.ignore_patterns("secrets")
+        ROOT / "inventories" / "gx10", inventory, ignore=shutil.ignore_patterns(".secrets")
     )
     hosts_yml = inventory / "hosts.yml"
     hosts = yaml.safe_load(hosts_yml.read_text(encoding="utf-8"))
@@ -390,7 +390,7 @@ def test_the_real_node_inventory_serves_behind_the_gateway_with_the_key_init_mak
     assert "gx10 keys init -i INVENTORY" in message
 
     made = keys.init_service_key(inventory)
-    assert made.path == inventory / "secrets" / "service.key"
+    assert made.path == inventory / ".secrets" / "service.key"
     accepted = run(inventory, tmp_path, "validate.yml")
     assert accepted.ok, accepted.failed_tasks
     assert set(accepted.hosts) == {"localhost"}

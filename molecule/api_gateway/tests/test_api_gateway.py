@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import testinfra
 
 UNIT = "gx10-gateway.service"
-KEY = "molecule-gateway-service-key"  # molecule.yml's extra variable
+# The lab inventory's service key (`gx10 keys init`, which `gx10 lab up` runs): on the
+# controller, read where the inventory reads it.
+KEY = (
+    (Path(__file__).resolve().parents[3] / "inventories" / "lab" / ".secrets" / "service.key")
+    .read_text(encoding="utf-8")
+    .strip()
+)
 API, ENGINE = 8000, 8001
 
 

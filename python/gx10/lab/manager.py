@@ -831,11 +831,23 @@ def up(cfg: LabConfig | None = None, log: Log = print) -> LabStatus:
         _wait_booted(cfg, node)
     ensure_rails(cfg, log)
     registry.publish(cfg, log)
+    service_key(cfg, log)
     _ensure_prometheus(cfg, log)
     result = status(cfg)
     if not result.running:
         raise LabError("lab did not come up: " + "; ".join(result.problems))
     return result
+
+
+def service_key(cfg: LabConfig, log: Log = print) -> Path:
+    """The lab inventory's service key, made as a user makes theirs (`gx10 keys init`): the lab
+    runs the gateway as real nodes do, and its inventory reads the key from that file."""
+    from gx10 import keys  # noqa: PLC0415 - ansible-runner is slow to import
+
+    made = keys.init_service_key(project_home() / cfg.metrics_inventory)
+    if made.created:
+        log(f"made {cfg.metrics_inventory}'s service key (gx10 keys init): {made.path}")
+    return made.path
 
 
 def down(cfg: LabConfig | None = None, log: Log = print) -> None:

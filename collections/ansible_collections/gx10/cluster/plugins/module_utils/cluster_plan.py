@@ -107,7 +107,7 @@ TLS_KEY_VAR = "gx10_gateway_tls_key"
 SERVICE_KEY_VAR = "vllm_serve_api_key"
 # Where `gx10 keys init -i INVENTORY` writes the service key (0600, in a directory git ignores);
 # inventories/gx10 reads it from there with a file lookup.
-SERVICE_KEY_FILE = "secrets/service.key"
+SERVICE_KEY_FILE = ".secrets/service.key"
 SERVICE_KEY_LOOKUP = (
     f"{{{{ lookup('file', inventory_dir ~ '/{SERVICE_KEY_FILE}', errors='ignore') | "
     "default('', true) }}"

@@ -9,9 +9,9 @@ DOCUMENTATION = r"""
 module: gateway_usage
 short_description: Per-key requests and tokens from the API gateway's access log (read-only)
 description:
-  - Reads the API gateway's access log (the api_gateway role's HAProxy, one line per request:
-    the key's name, the status, the tokens the response reported) from the systemd journal of
-    I(unit), or from the file I(path), and sums it per key name. Changes nothing.
+  - Reads the API gateway's access log (the api_gateway role's HAProxy, one line per request
+    with the key's name, the status and the tokens the response reported) from the systemd
+    journal of I(unit), or from the file I(path), and sums it per key name. Changes nothing.
   - A key's requests are split into served (2xx, 3xx), limited (429, over its limit of requests
     in flight) and failed (any other 4xx, 5xx); requests without a known key (refused with 401)
     are counted under C(-). Tokens are those the responses reported (prompt and completion);

@@ -1108,8 +1108,8 @@ def test_a_gateway_without_its_key_names_the_file_gx10_keys_init_writes() -> Non
         errors[0],
         "vllm_serve_api_key is not set",
         "gx10 keys init -i INVENTORY",
-        "INVENTORY/secrets/service.key (0600)",
-        "lookup('file', inventory_dir ~ '/secrets/service.key'",
+        "INVENTORY/.secrets/service.key (0600)",
+        "lookup('file', inventory_dir ~ '/.secrets/service.key'",
     )
 
 
