@@ -428,21 +428,26 @@ def _add_doctor(
         "--api-key-file",
         type=Path,
         help=(
-            "file holding a key to send with the head's /metrics request (vLLM's --api-key "
-            "guards only /v1; for a proxy in front that asks for one)"
+            "file holding a key to send with the head's /metrics request (default: the "
+            "inventory's vllm_serve_api_key, which the API gateway accepts)"
         ),
     )
     p.set_defaults(handler=_run_doctor)
 
 
+def _read_key_file(path: Path | None) -> str | None:
+    """The key in --api-key-file, or None without the option."""
+    if path is None:
+        return None
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise Gx10Error(f"cannot read --api-key-file {path}: {exc}") from exc
+
+
 def _run_doctor(args: argparse.Namespace) -> int:
     err = Console(stderr=True, highlight=False)
-    api_key = None
-    if args.api_key_file is not None:
-        try:
-            api_key = args.api_key_file.read_text().strip()
-        except OSError as exc:
-            raise Gx10Error(f"cannot read --api-key-file {args.api_key_file}: {exc}") from exc
+    api_key = _read_key_file(args.api_key_file)
     measured: dict[str, Any] = {}
     bandwidth = None
     if args.measure_bandwidth:
@@ -463,6 +468,12 @@ def _run_doctor(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     if bandwidth is not None:
         evidences = bandwidth.attach(evidences)
+    if api_key is None and (plan.get("gateway") or {}).get("enabled"):
+        # The inventory's own key, as the pipeline's checks send it: the gateway wants a key
+        # for /metrics too.
+        from gx10.bench.nodes import load_cluster  # noqa: PLC0415 - ansible loads slowly
+
+        api_key = load_cluster([args.inventory]).api_key or None
     evidences = doctor_collect.read_engine_metrics(evidences, plan, api_key=api_key)
     findings = diagnose(evidences, plan)
     if args.json:
@@ -599,12 +610,7 @@ def _add_smoke(
 
 def _smoke_target(args: argparse.Namespace) -> tuple[str, str, str]:
     """The endpoint, model and API key to smoke-test (the key is never printed)."""
-    key_file = None
-    if args.api_key_file is not None:
-        try:
-            key_file = args.api_key_file.read_text().strip()
-        except OSError as exc:
-            raise Gx10Error(f"cannot read --api-key-file {args.api_key_file}: {exc}") from exc
+    key_file = _read_key_file(args.api_key_file)
     if args.inventory:
         from gx10.bench.nodes import load_cluster  # noqa: PLC0415 - ansible loads slowly
 

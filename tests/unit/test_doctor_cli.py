@@ -10,6 +10,7 @@ import pytest
 
 from gx10 import cli
 from gx10.doctor import ContainerEvidence, Evidence
+from gx10.doctor import collect as doctor_collect
 from gx10.doctor import engine_metrics as em
 from gx10.doctor import rules as r
 from gx10.doctor.collect import BandwidthReport, parse_bandwidth_report
@@ -213,6 +214,37 @@ def test_an_unreadable_api_key_file_is_a_setup_error(
     assert code == cli.EXIT_ERROR
     assert f"cannot read --api-key-file {tmp_path / 'missing'}" in capsys.readouterr().err
     assert collected["calls"] == []  # refused before any node is asked
+
+
+def test_behind_the_gateway_the_metrics_are_read_with_the_inventorys_key(
+    collected: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The gateway wants a key for /metrics: the doctor sends the inventory's own (the lab's,
+    from `gx10 keys init`'s file), unless --api-key-file names another; without the gateway,
+    none is read."""
+    sent: list[str | None] = []
+
+    def fake_read(evidences: Any, plan: Any, *, api_key: str | None = None) -> Any:
+        sent.append(api_key)
+        return evidences
+
+    ungated = doctor_collect.collect  # the fixture's: a plan without the gateway
+    monkeypatch.setattr("gx10.doctor.collect.read_engine_metrics", fake_read)
+    lab = Path(__file__).resolve().parents[2] / "inventories" / "lab"
+    key = (lab / ".secrets" / "service.key").read_text().strip()
+    gated = {**PLAN, "gateway": {"enabled": True}}
+
+    def gated_collect(inventory: str, **_: Any) -> Any:
+        return list(HEALTHY), gated, _run()
+
+    monkeypatch.setattr("gx10.doctor.collect.collect", gated_collect)
+    assert cli.main(["doctor", "-i", str(lab)]) == cli.EXIT_OK
+    given = tmp_path / "other.key"
+    given.write_text("other-key\n")
+    assert cli.main(["doctor", "-i", str(lab), "--api-key-file", str(given)]) == cli.EXIT_OK
+    monkeypatch.setattr("gx10.doctor.collect.collect", ungated)
+    assert cli.main(["doctor", "-i", "inv"]) == cli.EXIT_OK  # no gateway: no inventory read
+    assert sent == [key, "other-key", None]
 
 
 # --- four nodes on a switch ------------------------------------------------------------------
