@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 import yaml
-from labtools import LAB_INVENTORY, auth, node_sh
+from labtools import LAB_INVENTORY, auth, node_sh, service_key
 
 from gx10 import ProvisionResult, provision
 from gx10.doctor import engine_metrics
@@ -120,7 +120,7 @@ def test_a_low_draft_acceptance_is_named_with_its_rate(low_acceptance: str) -> N
     # 3,000 draft tokens, three times what the rule needs. Bounded: three rounds at most.
     for _round in range(3):
         _generate(low_acceptance, requests=12, max_tokens=150)
-        scraped = engine_metrics.scrape(low_acceptance)
+        scraped = engine_metrics.scrape(low_acceptance, api_key=service_key())
         assert scraped.problem is None, scraped.problem
         assert scraped.spec is not None
         if scraped.spec.draft_tokens >= 2 * engine_metrics.MIN_DRAFT_TOKENS:

@@ -243,8 +243,10 @@ def test_stop_takes_the_head_then_the_workers_down_by_name(left_down: None) -> N
     try:
         stopped = provision(LAB_INVENTORY, "stop.yml")
         assert stopped.ok, stopped.failed_tasks
-        assert stopped.hosts["gx10-a"].changed == 1
+        # The head: its gateway first (clients get a refused connection), then its rank.
+        assert stopped.hosts["gx10-a"].changed == 2
         assert stopped.hosts["gx10-b"].changed == 1
+        assert node_sh("gx10-a", "systemctl is-active gx10-gateway || true").strip() != "active"
         assert not _container_id("gx10-a")
         assert not _container_id("gx10-b")
         assert node_sh("gx10-a", "docker ps -q --filter name=^gx10-vllm-scratch$").strip()
