@@ -36,7 +36,8 @@ RESERVED_NAMES = (SERVICE_NAME,)
 CREATED_PREFIX = "# created "
 HEADER = (
     "# gx10 API gateway keys: the SHA-256 (hex) of each key, then its name (what the access log\n"
-    "# shows). Written by `gx10 keys` and the api_gateway role; change it through them only.\n"
+    "# shows), then its own limit of requests in flight where it has one (0: none). Written by\n"
+    "# `gx10 keys` and the api_gateway role; change it through them only.\n"
 )
 # A key's own limit on requests in flight at once (`gx10 keys add NAME --max-concurrent N`): 0 is
 # none; no limit written means the gateway's default (api_gateway_max_concurrent).
@@ -198,17 +199,13 @@ def add_key(
         raise GatewayKeyError(
             f"this key is already registered as {clash.name!r}: generate a new key"
         )
-    if current == replace_created(entry, current):
+    if current is not None and (current.sha256, current.max_concurrent) == (
+        entry.sha256,
+        entry.max_concurrent,
+    ):
         return list(entries)  # the same key, name and limit: nothing to do
     kept = [e for e in entries if e.name != entry.name]
     return [*kept, entry]
-
-
-def replace_created(entry: KeyEntry, current: KeyEntry | None) -> KeyEntry:
-    """`entry` with `current`'s creation time (to compare an entry asked for with the one there)."""
-    if current is None:
-        return entry
-    return KeyEntry(entry.name, entry.sha256, current.created, entry.max_concurrent)
 
 
 def set_limit(entries: Sequence[KeyEntry], name: str, max_concurrent: int | None) -> list[KeyEntry]:
