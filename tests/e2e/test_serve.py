@@ -7,6 +7,7 @@ stage refuses a node whose copy does not verify.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -257,16 +258,21 @@ def test_stop_takes_the_head_then_the_workers_down_by_name(left_down: None) -> N
         node_sh("gx10-a", "docker rm -f gx10-vllm-scratch >/dev/null", check=False)
 
 
-def test_a_wrong_gid_index_fails_like_nccl_and_stops_the_pair(left_down: None) -> None:
-    """A pinned index that is not the node's RoCE v2 IPv4 entry: the launch fails, nothing is
-    left half-running, and a corrected re-apply brings the pair back."""
+def test_a_stale_gid_index_in_nccl_env_is_corrected_at_the_rank_start(left_down: None) -> None:
+    """nccl.env pins an index that is not the node's RoCE v2 IPv4 entry (the table moved after
+    the NCCL stage ran): unsupervised too, the rank unit resolves the index at its start (the one
+    launch path), so the pair serves with the right one and records where it came from; the
+    corrected re-apply of the NCCL stage restarts it with nccl.env agreeing again."""
     node_sh("gx10-b", "sed -i 's/^NCCL_IB_GID_INDEX=.*/NCCL_IB_GID_INDEX=1/' /etc/gx10/nccl.env")
     try:
         result = _serve()
-        assert not result.ok
-        message = " ".join(t.message for t in result.failed_tasks)
-        assert "NCCL" in message
-        assert not _container_id("gx10-b")
+        assert result.ok, result.failed_tasks
+        record = json.loads(node_sh("gx10-b", "cat /var/lib/gx10/pair/pinned.json"))
+        assert (record["gid_index"], record["source"]) == (3, "resolved"), record
+        env = node_sh("gx10-b", f"docker exec {CONTAINER} printenv NCCL_IB_GID_INDEX")
+        assert env.strip() == "3"
+        journal = node_sh("gx10-b", "journalctl -u gx10-vllm-rank.service -o cat --no-pager")
+        assert "GID pinned for this run: 3 (resolved)" in journal
     finally:
         fixed = provision(LAB_INVENTORY, "site.yml", tags=["nccl"])
         assert fixed.ok, fixed.failed_tasks

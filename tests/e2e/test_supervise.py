@@ -410,8 +410,9 @@ def test_turning_supervision_off_takes_the_agents_away_and_serves_unsupervised(
     supervised: ProvisionResult,
 ) -> None:
     """serve.yml without vllm_supervisor_enabled after a supervised pair: the agents are stopped
-    and removed before the unsupervised launch (left running, an agent would restart its rank
-    unit beside the launch's container until its breaker tripped), and the pair serves."""
+    and removed before the launch (left running, an agent would restart its rank beside the
+    stage's own starts until its breaker tripped), and the pair serves from the same rank units,
+    started by the stage (the one launch path)."""
     _until("serving", _serving, 60)
     result = provision(LAB_INVENTORY, "serve.yml")
     assert result.ok, result.failed_tasks
@@ -419,8 +420,12 @@ def test_turning_supervision_off_takes_the_agents_away_and_serves_unsupervised(
         assert not _agent_installed(node), node
         units = node_sh(node, "systemctl list-units 'gx10-pair*' 'gx10-vllm-rank*' --all --plain")
         assert "gx10-pair.service" not in units, units
-        assert "gx10-vllm-rank.service" not in units, units
-        assert node_sh(node, "ls /etc/gx10").split().count("pair.token") == 0
+        active = node_sh(node, "systemctl is-active gx10-vllm-rank.service", check=False)
+        assert active.strip() == "active", f"{node}: the rank does not run as its unit"
+        listing = node_sh(node, "ls /etc/gx10").split()
+        assert "pair.token" not in listing, listing
+        assert "pair.json" not in listing, listing
+        assert "rank.json" in listing, listing
         assert _container(node), f"{node}: no rank runs after the unsupervised launch"
     _answers()
     again = provision(LAB_INVENTORY, "serve.yml")

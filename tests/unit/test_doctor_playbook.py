@@ -99,6 +99,14 @@ def install_agent(home: Path, sysfs: Path) -> dict[str, str]:
     for name in ("pair_config.py", "roce_gid.py"):
         shutil.copy(MODULE_UTILS / name, lib / name)
     pair_config = module_utils("pair_config")
+    gid = {
+        "rails": [
+            {"netdev": RAIL0, "address": "192.168.100.10"},
+            {"netdev": RAIL1, "address": "192.168.101.10"},
+        ],
+        "sysfs_root": str(sysfs),
+        "env_file": str(home / "gid.env"),
+    }
     config = pair_config.build_config(
         node="gx10-a",
         role="head",
@@ -111,19 +119,15 @@ def install_agent(home: Path, sysfs: Path) -> dict[str, str]:
             "health_urls": ["http://127.0.0.1:9/health"],
             "model": "tiny",
         },
-        gid={
-            "rails": [
-                {"netdev": RAIL0, "address": "192.168.100.10"},
-                {"netdev": RAIL1, "address": "192.168.101.10"},
-            ],
-            "sysfs_root": str(sysfs),
-            "env_file": str(home / "gid.env"),
-        },
+        gid=gid,
         state_dir=str(home / "pair-state"),
     )
     assert pair_config.validate_config(config) == []
     (home / "pair.json").write_text(json.dumps(config))
-    (home / "rank.json").write_text(json.dumps({"schema": 1, "argv": ["true"]}))
+    rank = pair_config.build_rank(
+        node="gx10-a", role="head", gid=gid, state_dir=str(home / "pair-state"), argv=["true"]
+    )
+    (home / "rank.json").write_text(json.dumps(rank))
     env = {**os.environ, "GX10_PAIR_CONFIG": str(home / "pair.json")}
     env["GX10_PAIR_RANK"] = str(home / "rank.json")
     subprocess.run(

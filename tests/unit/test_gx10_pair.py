@@ -203,7 +203,6 @@ class Pair:
         (tmp / "token").write_text(TOKEN)
         (tmp / "token").chmod(0o600)
         (tmp / "api_key").write_text(API_KEY)
-        (tmp / "rank.json").write_text(json.dumps({"schema": 1, "argv": ["true"]}))
         self.ports = {n: free_port() for n in self.names}
         self.dirs = {n: tmp / n for n in self.names}
         for name, path in self.dirs.items():
@@ -246,27 +245,39 @@ class Pair:
                 "model": "tiny" if head else None,
                 "api_key_file": str(self.tmp / "api_key") if head else None,
             },
-            gid={
-                "rails": [
-                    {"netdev": NETDEV[name], "address": RAIL_IP[name], "rdma_dev": DEV[name]}
-                ],
-                "sysfs_root": str(self.dirs[name] / "sys"),
-                "env_file": str(self.dirs[name] / "gid.env"),
-                "default_index": 7,
-            },
+            gid=self.gid(name),
             bench_lock=str(self.dirs[name] / "bench.lock"),
             state_dir=str(self.dirs[name] / "state"),
             timings=timings,
         )
         assert pair.pair_config.validate_config(config) == []
         (self.dirs[name] / "pair.json").write_text(json.dumps(config))
+        # The rank file the unit runs from (run-rank reads it alone): the same GID settings and
+        # state directory; the "container" is `true`.
+        rank = pair.pair_config.build_rank(
+            node=f"node-{name}",
+            role="head" if head else "worker",
+            gid=self.gid(name),
+            state_dir=str(self.dirs[name] / "state"),
+            argv=["true"],
+        )
+        assert pair.pair_config.validate_rank(rank) == []
+        (self.dirs[name] / "rank.json").write_text(json.dumps(rank))
+
+    def gid(self, name: str) -> dict[str, Any]:
+        return {
+            "rails": [{"netdev": NETDEV[name], "address": RAIL_IP[name], "rdma_dev": DEV[name]}],
+            "sysfs_root": str(self.dirs[name] / "sys"),
+            "env_file": str(self.dirs[name] / "gid.env"),
+            "default_index": 7,
+        }
 
     def env(self, name: str) -> dict[str, str]:
         node = self.dirs[name]
         return {
             **os.environ,
             "GX10_PAIR_CONFIG": str(node / "pair.json"),
-            "GX10_PAIR_RANK": str(self.tmp / "rank.json"),
+            "GX10_PAIR_RANK": str(node / "rank.json"),
             "GX10_PAIR_SYSTEMCTL": f"bash {self.tmp / 'fake-systemctl'} {node} {self.events}",
             "GX10_PAIR_DOCKER": f"bash {self.tmp / 'fake-docker'} {node}",
             "GX10_PAIR_TIME_SCALE": str(SCALE),
@@ -919,8 +930,30 @@ def test_run_rank_falls_back_to_the_provision_time_index(make_pair: Callable[...
     assert pinned["source"] == "default"
     assert pinned["gid_index"] == 7
     assert "using the provision-time GID index 7" in done.stderr
-    (p.tmp / "rank.json").write_text(json.dumps({"schema": 1, "argv": []}))
-    assert p.cli("a", "run-rank").returncode == 2
+    rank = p.dirs["a"] / "rank.json"
+    spec = json.loads(rank.read_text())
+    rank.write_text(json.dumps({**spec, "argv": []}))
+    refused = p.cli("a", "run-rank")
+    assert refused.returncode == 2
+    assert "argv is []: it must be a non-empty list of non-empty strings" in refused.stderr
+    # A rank file from before the one launch path (schema 1, the argv alone) is re-rendered.
+    rank.write_text(json.dumps({"schema": 1, "argv": ["true"]}))
+    old = p.cli("a", "run-rank")
+    assert old.returncode == 2
+    assert "render the file again with the serve stage" in old.stderr
+
+
+def test_run_rank_needs_no_agent_config(make_pair: Callable[..., Pair]) -> None:
+    """Unsupervised, the node has the rank file and no pair.json: the rank unit still starts,
+    with the GID index resolved now (the one launch path)."""
+    p = make_pair()
+    (p.dirs["b"] / "pair.json").unlink()
+    done = p.cli("b", "run-rank")
+    assert done.returncode == 0, done.stderr
+    assert (p.dirs["b"] / "gid.env").read_text() == "NCCL_IB_GID_INDEX=3\n"
+    pinned = json.loads((p.dirs["b"] / "state" / "pinned.json").read_text())
+    assert (pinned["source"], pinned["gid_index"]) == ("resolved", 3)
+    assert "gx10-pair[worker]: GID pinned for this run: 3 (resolved)" in done.stderr
 
 
 # --------------------------------------------------------------------------------------------

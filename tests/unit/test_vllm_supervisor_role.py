@@ -111,3 +111,57 @@ def test_the_config_filter_builds_a_head_of_four_as_the_role_renders_it() -> Non
     assert _filters()["pair_config"](worker)["schema"] == 2
     with pytest.raises(AnsibleFilterError, match="list the head alone"):
         _filters()["pair_config"]({**settings, "peers": workers})
+
+
+ARGV = ["/usr/bin/docker", "run", "--rm", "--name", "gx10-vllm", "--entrypoint", "vllm", "img"]
+
+
+def test_the_rank_filter_builds_the_file_the_runner_reads() -> None:
+    """One launch path: the rank file holds all the rank unit runs from, without pair.json."""
+    spec = _filters()["rank_spec"](
+        {"node": "gx10-b", "role": "worker", "gid": SETTINGS["gid"], "argv": ARGV}
+    )
+    assert pair_config.validate_rank(spec) == []
+    assert spec["schema"] == pair_config.RANK_SCHEMA == 2
+    assert spec["argv"] == ARGV
+    assert spec["state_dir"] == pair_config.DEFAULT_STATE_DIR
+    assert spec["gid"]["port"] == 1  # the default filled in
+    assert spec["gid"]["env_file"] == "/run/gx10/pair/gid.env"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"argv": []}, "argv is \\[\\]: it must be a non-empty list"),
+        ({"argv": ["docker", ""]}, "argv is .*non-empty strings"),
+        ({"role": "observer"}, "role is 'observer'"),
+        ({"state_dir": "var/lib"}, "state_dir is 'var/lib': it must be an absolute path"),
+        ({"gid": {**SETTINGS["gid"], "mode": "guess"}}, "gid.mode is 'guess'"),
+        ({"surprise": 1}, "unexpected keyword argument 'surprise'"),
+    ],
+)
+def test_the_rank_filter_names_what_is_wrong(change: dict[str, Any], message: str) -> None:
+    settings = {"node": "gx10-b", "role": "worker", "gid": SETTINGS["gid"], "argv": ARGV}
+    with pytest.raises(AnsibleFilterError, match=message):
+        _filters()["rank_spec"]({**settings, **change})
+
+
+def test_the_rank_file_refuses_an_older_schema() -> None:
+    errors = pair_config.validate_rank({"schema": 1, "argv": ["true"]})
+    assert any("render the file again with the serve stage" in e for e in errors), errors
+    assert any(e.startswith("gid is missing") for e in errors), errors
+
+
+def test_every_role_names_the_same_rank_unit() -> None:
+    """The unit the vllm_supervisor role installs and stops, the one the vllm_serve role's waits
+    follow, and the agent's default: one name."""
+    supervisor = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+    serve = yaml.safe_load((ROOT / "roles" / "vllm_serve" / "vars" / "main.yml").read_text())
+    names = {
+        supervisor["__vllm_supervisor_rank_unit"],
+        serve["__vllm_serve_rank_unit"],
+        pair_config.DEFAULT_RANK_UNIT,
+    }
+    assert names == {"gx10-vllm-rank.service"}
+    stage = (ROOT / "playbooks" / "stages" / "serve.yml").read_text()
+    assert "argv: [systemctl, is-active, gx10-vllm-rank.service]" in stage

@@ -48,11 +48,13 @@ def test_the_rank_unit_runs_run_rank_and_stops_the_container_in_bounded_time() -
     assert service["ExecStart"] == ["/usr/bin/python3 /usr/local/lib/gx10/pair/gx10-pair run-rank"]
     assert service["ExecStop"] == ["-/usr/bin/docker stop -t 60 gx10-vllm"]
     assert service["ExecStartPre"] == ["-/usr/bin/docker rm -f gx10-vllm"]
-    assert service["Restart"] == ["no"]  # the agent owns restarts
+    assert service["Restart"] == ["no"]  # the agent (or the next serve run) restarts it
     assert int(service["TimeoutStopSec"][0]) > 60  # longer than docker stop's own bound
     assert service["KillMode"] == ["mixed"]
     assert "GX10_PAIR_RANK=/etc/gx10/rank.json" in service["Environment"]
-    assert "Install" not in unit  # never enabled: the agent starts it in order
+    # The rank file alone: no agent config (unsupervised nodes have none).
+    assert not any(e.startswith("GX10_PAIR_CONFIG=") for e in service["Environment"])
+    assert "Install" not in unit  # never enabled: the serve stage or the agent starts it in order
 
 
 def test_the_agent_unit_restarts_always_and_starts_at_boot() -> None:

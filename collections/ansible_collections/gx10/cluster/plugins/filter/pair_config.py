@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Filters for the pair supervisor: its on-node config, and the module_utils the agent imports."""
+"""Filters for the rank unit and the pair supervisor: the rank file, the agent's config, and the
+module_utils the runner and the agent import."""
 
 from __future__ import annotations
 
@@ -28,6 +29,20 @@ def _pair_config(settings: Any) -> dict[str, Any]:
     return config
 
 
+def _rank_spec(settings: Any) -> dict[str, Any]:
+    """The rank file (``/etc/gx10/rank.json``) the rank unit runs from, validated."""
+    if not isinstance(settings, Mapping):
+        raise AnsibleFilterError(f"gx10.cluster.rank_spec: expects a mapping, got {settings!r}")
+    try:
+        spec = pair_config.build_rank(**dict(settings))
+    except TypeError as exc:
+        raise AnsibleFilterError(f"gx10.cluster.rank_spec: {exc}") from exc
+    errors = pair_config.validate_rank(spec)
+    if errors:
+        raise AnsibleFilterError("gx10.cluster.rank_spec: " + "; ".join(errors))
+    return spec
+
+
 def _module_utils_source(name: Any) -> str:
     """The source text of one of the collection's module_utils the agent imports."""
     if name not in AGENT_MODULES:
@@ -39,4 +54,8 @@ def _module_utils_source(name: Any) -> str:
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"pair_config": _pair_config, "module_utils_source": _module_utils_source}
+        return {
+            "pair_config": _pair_config,
+            "rank_spec": _rank_spec,
+            "module_utils_source": _module_utils_source,
+        }

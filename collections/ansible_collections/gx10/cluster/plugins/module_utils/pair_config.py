@@ -36,6 +36,13 @@ still writes it when given ``peer_name``/``peer_address``/``peer_port`` instead 
 
 ``gid.default_index`` (optional) is the provision-time index: the agent uses it only when its own
 resolver cannot say at rank start.
+
+The rank's own file (``/etc/gx10/rank.json``, ``RANK_SCHEMA`` 2) is what the rank unit runs, with
+or without the agents (one launch path): ``gx10-pair run-rank`` reads it alone, resolves the
+node's GID index, writes ``gid.env_file`` and its record in ``state_dir``, then execs ``argv``::
+
+    {"schema": 2, "node": "gx10-a", "role": "head", "state_dir": "/var/lib/gx10/pair",
+     "gid": {...as above...}, "argv": ["/usr/bin/docker", "run", "--rm", ...]}
 """
 
 from __future__ import annotations
@@ -523,15 +530,89 @@ def _check_gid(check: _Checker, value: Any) -> None:
             seen.add(netdev)
 
 
-def load_config(path: str) -> dict[str, Any]:
-    """Read and validate the file at ``path``; PairConfigError lists every problem."""
+RANK_SCHEMA = 2
+_RANK_SPEC_KEYS = ("schema", "node", "role", "state_dir", "gid", "argv")
+
+
+def build_rank(
+    *, node: str, role: str, gid: Mapping[str, Any], argv: Sequence[str],
+    state_dir: str = DEFAULT_STATE_DIR,
+) -> dict[str, Any]:  # fmt: skip
+    """The rank file's content with the GID defaults filled in; check it with validate_rank."""
+    gid_out: dict[str, Any] = {
+        "mode": "pinned",
+        "port": 1,
+        "sysfs_root": "/sys",
+        "default_index": None,
+        "env_file": DEFAULT_ENV_FILE,
+    }
+    gid_out.update(gid)
+    return {
+        "schema": RANK_SCHEMA,
+        "node": node,
+        "role": role,
+        "state_dir": state_dir,
+        "gid": gid_out,
+        "argv": list(argv),
+    }
+
+
+def validate_rank(spec: Any) -> list[str]:
+    """Errors of a rank file's content, each naming its key, the value and the fix."""
+    check = _Checker()
+    top = check.mapping("", spec, _RANK_SPEC_KEYS)
+    if not top:
+        return check.errors or ["the rank file is empty: render it with the serve stage"]
+    for key in _RANK_SPEC_KEYS:
+        if key not in top:
+            check.errors.append(f"{key} is missing: render the rank file with the serve stage")
+    schema = top.get("schema")
+    if "schema" in top and (isinstance(schema, bool) or schema != RANK_SCHEMA):
+        check.fail(
+            "schema",
+            schema,
+            f"this runner reads schema {RANK_SCHEMA}; render the file again with the serve stage "
+            "of this collection's version",
+        )
+    if "node" in top:
+        check.text("node", top["node"], _NAME)
+    if "role" in top and top["role"] not in ROLES:
+        check.fail("role", top["role"], f"it must be one of {', '.join(ROLES)}")
+    if "state_dir" in top:
+        check.path("state_dir", top["state_dir"])
+    if "gid" in top:
+        _check_gid(check, top["gid"])
+    argv = top.get("argv")
+    if "argv" in top and (
+        not isinstance(argv, list) or not argv or not all(isinstance(a, str) and a for a in argv)
+    ):
+        check.fail("argv", argv, "it must be a non-empty list of non-empty strings")
+    return check.errors
+
+
+def load_rank(path: str) -> dict[str, Any]:
+    """Read and validate the rank file at ``path``; PairConfigError lists every problem."""
+    data = _read_json(path)
+    errors = validate_rank(data)
+    if errors:
+        raise PairConfigError([f"{path}: {error}" for error in errors])
+    assert isinstance(data, dict)
+    return data
+
+
+def _read_json(path: str) -> Any:
     try:
         with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+            return json.load(handle)
     except OSError as exc:
         raise PairConfigError([f"cannot read {path}: {exc.strerror}"]) from None
     except ValueError as exc:
         raise PairConfigError([f"{path} is not JSON ({exc}): rewrite it"]) from None
+
+
+def load_config(path: str) -> dict[str, Any]:
+    """Read and validate the file at ``path``; PairConfigError lists every problem."""
+    data = _read_json(path)
     errors = validate_config(data)
     if errors:
         raise PairConfigError([f"{path}: {error}" for error in errors])

@@ -70,6 +70,14 @@ options:
       supervisor) rather than a failure; I(timeout) still bounds the wait.
     type: bool
     default: false
+  unit:
+    description:
+      - The systemd unit that runs the container in the foreground (C(docker run --rm)). While
+        the container is missing, a unit that is no longer active (its start failed, or the
+        container exited and was removed) fails the wait at once with the unit's last journal
+        lines, instead of waiting for I(timeout). Implies I(missing_ok) while the unit is active
+        (it is starting the container).
+    type: str
   phases:
     description: >-
       The boot phases, in order, each C(name) and C(marker) (a regular expression that starts
@@ -154,6 +162,56 @@ def _logs(container: str, tail: int | None = None, stamped: bool = False) -> lis
     return (proc.stdout + proc.stderr).splitlines()
 
 
+def _unit_state(unit: str) -> str:
+    """The unit's ActiveState (active, activating, deactivating, inactive, failed)."""
+    proc = subprocess.run(
+        ["systemctl", "show", "--property", "ActiveState", "--value", unit],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    return proc.stdout.strip() or "unknown"
+
+
+def _journal(unit: str, lines: int) -> list[str]:
+    """The unit's last journal lines: the rank's own output (the container runs in the
+    foreground) and systemd's word on how it ended."""
+    proc = subprocess.run(
+        ["journalctl", "--unit", unit, "--output", "cat", "--no-pager", "--lines", str(lines)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    return proc.stdout.splitlines()
+
+
+# A unit found ended is looked at once more after this many seconds: journald may still be
+# writing the rank's last lines.
+JOURNAL_SETTLE = 1.0
+# A container that exited: its unit's `docker run --rm` removes it and returns within seconds.
+UNIT_END_WAIT = 15.0
+
+
+def _last_words(unit: str, clock: Any, lines: int) -> list[str]:
+    """The unit's journal once its container exited: after the unit has ended (bounded by
+    UNIT_END_WAIT, so the client has written the container's last output) and the settle."""
+    deadline = clock.monotonic() + UNIT_END_WAIT
+    while _unit_state(unit) in ("active", "activating", "deactivating") and (
+        clock.monotonic() < deadline
+    ):
+        clock.sleep(0.5)
+    clock.sleep(JOURNAL_SETTLE)
+    return _journal(unit, lines)
+
+
+def _unit_ended(unit: str, container: str, clock: Any) -> str | None:
+    """Why the wait is over, when ``unit`` is no longer active and its container still missing
+    after the journal's settle (None: the unit is still starting or running it)."""
+    unit_state = _unit_state(unit)
+    if unit_state in ("active", "activating", "reloading"):
+        return None
+    clock.sleep(JOURNAL_SETTLE)
+    if _state(container) is not None:
+        return None
+    return f"container {container} is gone and its unit {unit} is {unit_state}"
+
+
 def _http_status(url: str, api_key: str | None = None) -> int | None:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
@@ -165,6 +223,21 @@ def _http_status(url: str, api_key: str | None = None) -> int | None:
         return int(exc.code)
     except (OSError, ValueError):
         return None
+
+
+def _missing(params: dict[str, Any], elapsed: float, clock: Any) -> tuple[str, list[str]]:
+    """Why a wait whose container does not exist is over, with the lines to show ("": not over,
+    the container may yet start)."""
+    container, unit = params["container"], params.get("unit")
+    if unit:
+        ended = _unit_ended(unit, container, clock)
+        if ended:
+            return ended, _journal(unit, max(params["tail"], 1))
+    elif not params.get("missing_ok"):
+        return f"container {container} does not exist", []
+    if elapsed >= params["timeout"]:
+        return f"timed out after {params['timeout']} s: container {container} was never started", []
+    return "", []
 
 
 def wait(params: dict[str, Any], clock: Any = time) -> dict[str, Any]:
@@ -194,12 +267,10 @@ def wait(params: dict[str, Any], clock: Any = time) -> dict[str, Any]:
     while True:
         elapsed = clock.monotonic() - started
         state = _state(container)
-        if state is None and not params.get("missing_ok"):
-            return done(False, f"container {container} does not exist", [])
         if state is None:
-            if elapsed >= params["timeout"]:
-                return done(False, f"timed out after {params['timeout']} s: container {container} "
-                            "was never started", [])  # fmt: skip
+            why, lines = _missing(params, elapsed, clock)
+            if why:
+                return done(False, why, lines)
             clock.sleep(params["interval"])
             continue
         lines = _logs(container, stamped=bool(phases))
@@ -207,6 +278,8 @@ def wait(params: dict[str, Any], clock: Any = time) -> dict[str, Any]:
             clock.sleep(params["interval"])  # `docker run` creates, then starts: not yet running
             continue
         if state != "running":
+            if params.get("unit"):  # `docker run --rm` is removing it: the journal has it all
+                lines = _last_words(params["unit"], clock, max(tail, 1))
             return done(False, f"container {container} is {state}", lines)
         plain = [parse_stamped(line)[1] for line in lines] if phases else lines
         if phases:
@@ -262,6 +335,7 @@ def main() -> None:
             "phase_timeouts": {"type": "dict"},
             "phase_timeouts_name": {"type": "str", "default": "phase_timeouts"},
             "missing_ok": {"type": "bool", "default": False},
+            "unit": {"type": "str"},
         },
         required_one_of=[("log_regex", "url")],
         supports_check_mode=True,

@@ -119,6 +119,80 @@ def test_a_missing_container_may_be_waited_for(node: dict[str, Any]) -> None:
     assert reason == "timed out after 6 s: container gx10-vllm was never started"
 
 
+def _unit(node: dict[str, Any], monkeypatch: pytest.MonkeyPatch, states: Any) -> list[str]:
+    """The rank's unit: its ActiveState by the fake time; its journal, as read, recorded."""
+    clock, read = node["clock"], []
+    monkeypatch.setattr(container_wait, "_unit_state", lambda unit: states(clock.now))
+
+    def journal(unit: str, lines: int) -> list[str]:
+        read.append(unit)
+        return ["ValueError: the rank's own last words", f"{unit}: Failed with result 'exit-code'."]
+
+    monkeypatch.setattr(container_wait, "_journal", journal)
+    return read
+
+
+def test_a_unit_still_starting_its_container_is_waited_for(
+    node: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """unit: `systemctl start` returns before `docker run` has created the container."""
+    node["state"] = lambda t: None if t < 6 else "running"
+    node["log"] = [(8, "headless multiproc executor")]
+    read = _unit(node, monkeypatch, lambda t: "active")
+    params = _params(log_regex="headless", unit="gx10-vllm-rank.service")
+    ready, _, elapsed, _ = waited(params, node)
+    assert (ready, elapsed, read) == (True, 8, [])
+
+
+@pytest.mark.parametrize("ended", ["failed", "inactive"])
+def test_a_unit_that_ended_without_its_container_fails_at_once_with_its_journal(
+    node: dict[str, Any], monkeypatch: pytest.MonkeyPatch, ended: str
+) -> None:
+    """The rank died and `docker run --rm` removed it (or its start failed before the
+    container): the wait fails at once, with the unit's journal, not at its timeout."""
+    node["state"] = lambda t: "running" if 4 <= t < 10 else None
+    read = _unit(node, monkeypatch, lambda t: "active" if t < 10 else ended)
+    ready, reason, elapsed, tail = waited(
+        _params(url=["http://127.0.0.1:8000/health"], unit="gx10-vllm-rank.service"), node
+    )
+    assert not ready
+    assert reason == f"container gx10-vllm is gone and its unit gx10-vllm-rank.service is {ended}"
+    assert elapsed < 14  # one poll and the journal's settle, not the 60 s timeout
+    assert tail[0] == "ValueError: the rank's own last words"
+    assert read == ["gx10-vllm-rank.service"]
+
+
+@pytest.mark.parametrize("state", ["exited", "removing"])
+def test_a_container_its_unit_is_removing_is_reported_from_the_journal(
+    node: dict[str, Any], monkeypatch: pytest.MonkeyPatch, state: str
+) -> None:
+    """`docker run --rm`: a container that exited is being removed, and `docker logs` of it may
+    already answer "No such container"; the unit's journal has the rank's output whole, read
+    once the unit has ended."""
+    node["state"] = lambda t: "running" if t < 4 else state
+    node["log"] = [(0, "Error: No such container: gx10-vllm")]
+    read = _unit(node, monkeypatch, lambda t: "active" if t < 7 else "failed")
+    ready, reason, elapsed, tail = waited(_params(url=["http://x/health"], unit="u.service"), node)
+    assert not ready
+    assert reason == f"container gx10-vllm is {state}"
+    assert tail[0] == "ValueError: the rank's own last words"
+    assert read == ["u.service"]
+    assert 7 <= elapsed <= 10  # waited for the unit to end (0.5 s polls), then the settle
+
+
+def test_a_container_that_reappears_while_its_unit_settles_is_followed(
+    node: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the unit's ExecStartPre and its `docker run`, systemd may still show the last
+    run's end: a container there after the settle is the new run, followed as usual."""
+    node["state"] = lambda t: None if t < 1 else "running"
+    node["log"] = [(1, "headless multiproc executor")]
+    read = _unit(node, monkeypatch, lambda t: "failed")
+    ready, _, _, _ = waited(_params(log_regex="headless", unit="gx10-vllm-rank.service"), node)
+    assert ready
+    assert read == []
+
+
 def test_missing_container(node: dict[str, Any]) -> None:
     node["state"] = lambda t: None
     ready, reason, _, _ = waited(_params(log_regex="x"), node)
