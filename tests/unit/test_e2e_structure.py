@@ -65,9 +65,6 @@ ALLOWED_SITE_RUNS: dict[tuple[str, str], str] = {
     ("test_model.py", "_model"): (
         "site.yml --tags model is the stage under test: each test injects a fault and runs it"
     ),
-    ("test_serve.py", "test_a_wrong_gid_index_fails_like_nccl_and_stops_the_pair"): (
-        "site.yml --tags nccl rewrites the broken nccl.env: the corrected re-apply is the test"
-    ),
     ("test_serve.py", "test_every_missing_input_is_named_before_any_restart"): (
         "site.yml --tags model repairs the corrupted shard the refusal was tested on"
     ),
