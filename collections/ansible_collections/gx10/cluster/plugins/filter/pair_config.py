@@ -4,7 +4,7 @@ module_utils the runner and the agent import."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,31 +16,33 @@ from ansible_collections.gx10.cluster.plugins.module_utils import pair_config
 AGENT_MODULES = ("pair_config", "roce_gid")
 
 
-def _pair_config(settings: Any) -> dict[str, Any]:
+def _built(
+    name: str,
+    build: Callable[..., dict[str, Any]],
+    validate: Callable[[Any], list[str]],
+    settings: Any,
+) -> dict[str, Any]:
+    """``build(**settings)`` checked with ``validate``; a problem fails naming the filter."""
     if not isinstance(settings, Mapping):
-        raise AnsibleFilterError(f"gx10.cluster.pair_config: expects a mapping, got {settings!r}")
+        raise AnsibleFilterError(f"gx10.cluster.{name}: expects a mapping, got {settings!r}")
     try:
-        config = pair_config.build_config(**dict(settings))
+        content = build(**dict(settings))
     except TypeError as exc:
-        raise AnsibleFilterError(f"gx10.cluster.pair_config: {exc}") from exc
-    errors = pair_config.validate_config(config)
+        raise AnsibleFilterError(f"gx10.cluster.{name}: {exc}") from exc
+    errors = validate(content)
     if errors:
-        raise AnsibleFilterError("gx10.cluster.pair_config: " + "; ".join(errors))
-    return config
+        raise AnsibleFilterError(f"gx10.cluster.{name}: " + "; ".join(errors))
+    return content
+
+
+def _pair_config(settings: Any) -> dict[str, Any]:
+    """The agent's config (``/etc/gx10/pair.json``), validated."""
+    return _built("pair_config", pair_config.build_config, pair_config.validate_config, settings)
 
 
 def _rank_spec(settings: Any) -> dict[str, Any]:
     """The rank file (``/etc/gx10/rank.json``) the rank unit runs from, validated."""
-    if not isinstance(settings, Mapping):
-        raise AnsibleFilterError(f"gx10.cluster.rank_spec: expects a mapping, got {settings!r}")
-    try:
-        spec = pair_config.build_rank(**dict(settings))
-    except TypeError as exc:
-        raise AnsibleFilterError(f"gx10.cluster.rank_spec: {exc}") from exc
-    errors = pair_config.validate_rank(spec)
-    if errors:
-        raise AnsibleFilterError("gx10.cluster.rank_spec: " + "; ".join(errors))
-    return spec
+    return _built("rank_spec", pair_config.build_rank, pair_config.validate_rank, settings)
 
 
 def _module_utils_source(name: Any) -> str:

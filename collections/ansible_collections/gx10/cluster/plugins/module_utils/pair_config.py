@@ -256,6 +256,18 @@ def timings_from_vars(variables: Mapping[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
+def gid_with_defaults(gid: Mapping[str, Any]) -> dict[str, Any]:
+    """The GID settings (the agent's config and the rank file alike) with the defaults filled in."""
+    return {
+        "mode": "pinned",
+        "port": 1,
+        "sysfs_root": "/sys",
+        "default_index": None,
+        "env_file": DEFAULT_ENV_FILE,
+        **gid,
+    }
+
+
 def build_config(
     *,
     node: str,
@@ -288,14 +300,7 @@ def build_config(
         "api_key_file": None,
     }
     rank_out.update(rank)
-    gid_out: dict[str, Any] = {
-        "mode": "pinned",
-        "port": 1,
-        "sysfs_root": "/sys",
-        "default_index": None,
-        "env_file": DEFAULT_ENV_FILE,
-    }
-    gid_out.update(gid)
+    gid_out = gid_with_defaults(gid)
     peering: dict[str, Any]
     if peers is None:
         peering = {
@@ -385,6 +390,40 @@ class _Checker:
             self.fail(key, value, f"it must be an integer from {low} to {high}; set one")
 
 
+def _check_common(
+    check: _Checker,
+    data: Any,
+    *,
+    keys: Sequence[str],
+    schemas: Sequence[int],
+    fixes: tuple[str, str],
+    reader: str,
+) -> Mapping[str, Any]:
+    """The checks the agent's config and the rank file share: a mapping of known keys, none
+    missing, a schema the reader knows, the node's name and role. ``fixes``: what to say when
+    the file is empty, and when a key is missing. Returns the mapping ({} when it is none)."""
+    empty, missing = fixes
+    top = check.mapping("", data, keys)
+    if not top:
+        if not check.errors:
+            check.errors.append(empty)
+        return {}
+    check.errors.extend(f"{key} is missing: {missing}" for key in keys if key not in top)
+    schema = top.get("schema")
+    if "schema" in top and (isinstance(schema, bool) or schema not in schemas):
+        check.fail(
+            "schema",
+            schema,
+            f"{reader} reads schema {' or '.join(map(str, schemas))}; render the file again "
+            "with the serve stage of this collection's version",
+        )
+    if "node" in top:
+        check.text("node", top["node"], _NAME)
+    if "role" in top and top["role"] not in ROLES:
+        check.fail("role", top["role"], f"it must be one of {', '.join(ROLES)}")
+    return top
+
+
 def validate_config(config: Any) -> list[str]:
     """Errors of a whole config file's content, each naming its key, the value and the fix."""
     check = _Checker()
@@ -392,26 +431,20 @@ def validate_config(config: Any) -> list[str]:
     legacy = schema == 1 and not isinstance(schema, bool)
     # Schema 1 names its one peer ``peer``; schema 2 lists them in ``peers``.
     keys = tuple("peer" if k == "peers" and legacy else k for k in _TOP_KEYS)
-    top = check.mapping("", config, keys)
+    top = _check_common(
+        check,
+        config,
+        keys=keys,
+        schemas=SCHEMAS,
+        fixes=(
+            "the config is empty: write it with build_config",
+            "the config needs it (write it with build_config)",
+        ),
+        reader="this agent",
+    )
     if not top:
-        return check.errors or ["the config is empty: write it with build_config"]
-    for key in keys:
-        if key not in top:
-            check.errors.append(
-                f"{key} is missing: the config needs it (write it with build_config)"
-            )
-    if "schema" in top and (isinstance(schema, bool) or schema not in SCHEMAS):
-        check.fail(
-            "schema",
-            schema,
-            f"this agent reads schema {' or '.join(map(str, SCHEMAS))}; render the file again "
-            "with the serve stage of this collection's version",
-        )
-    if "node" in top:
-        check.text("node", top["node"], _NAME)
+        return check.errors
     role = top.get("role")
-    if "role" in top and role not in ROLES:
-        check.fail("role", role, f"it must be one of {', '.join(ROLES)}")
     if "listen" in top:
         listen = check.mapping("listen", top["listen"], ("address", "port"))
         check.address("listen.address", listen.get("address"))
@@ -539,20 +572,12 @@ def build_rank(
     state_dir: str = DEFAULT_STATE_DIR,
 ) -> dict[str, Any]:  # fmt: skip
     """The rank file's content with the GID defaults filled in; check it with validate_rank."""
-    gid_out: dict[str, Any] = {
-        "mode": "pinned",
-        "port": 1,
-        "sysfs_root": "/sys",
-        "default_index": None,
-        "env_file": DEFAULT_ENV_FILE,
-    }
-    gid_out.update(gid)
     return {
         "schema": RANK_SCHEMA,
         "node": node,
         "role": role,
         "state_dir": state_dir,
-        "gid": gid_out,
+        "gid": gid_with_defaults(gid),
         "argv": list(argv),
     }
 
@@ -560,24 +585,19 @@ def build_rank(
 def validate_rank(spec: Any) -> list[str]:
     """Errors of a rank file's content, each naming its key, the value and the fix."""
     check = _Checker()
-    top = check.mapping("", spec, _RANK_SPEC_KEYS)
+    top = _check_common(
+        check,
+        spec,
+        keys=_RANK_SPEC_KEYS,
+        schemas=(RANK_SCHEMA,),
+        fixes=(
+            "the rank file is empty: render it with the serve stage",
+            "render the rank file with the serve stage",
+        ),
+        reader="this runner",
+    )
     if not top:
-        return check.errors or ["the rank file is empty: render it with the serve stage"]
-    for key in _RANK_SPEC_KEYS:
-        if key not in top:
-            check.errors.append(f"{key} is missing: render the rank file with the serve stage")
-    schema = top.get("schema")
-    if "schema" in top and (isinstance(schema, bool) or schema != RANK_SCHEMA):
-        check.fail(
-            "schema",
-            schema,
-            f"this runner reads schema {RANK_SCHEMA}; render the file again with the serve stage "
-            "of this collection's version",
-        )
-    if "node" in top:
-        check.text("node", top["node"], _NAME)
-    if "role" in top and top["role"] not in ROLES:
-        check.fail("role", top["role"], f"it must be one of {', '.join(ROLES)}")
+        return check.errors
     if "state_dir" in top:
         check.path("state_dir", top["state_dir"])
     if "gid" in top:
@@ -592,31 +612,27 @@ def validate_rank(spec: Any) -> list[str]:
 
 def load_rank(path: str) -> dict[str, Any]:
     """Read and validate the rank file at ``path``; PairConfigError lists every problem."""
-    data = _read_json(path)
-    errors = validate_rank(data)
+    return _load(path, validate_rank)
+
+
+def _load(path: str, validate: Callable[[Any], list[str]]) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise PairConfigError([f"cannot read {path}: {exc.strerror}"]) from None
+    except ValueError as exc:
+        raise PairConfigError([f"{path} is not JSON ({exc}): rewrite it"]) from None
+    errors = validate(data)
     if errors:
         raise PairConfigError([f"{path}: {error}" for error in errors])
     assert isinstance(data, dict)
     return data
 
 
-def _read_json(path: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except OSError as exc:
-        raise PairConfigError([f"cannot read {path}: {exc.strerror}"]) from None
-    except ValueError as exc:
-        raise PairConfigError([f"{path} is not JSON ({exc}): rewrite it"]) from None
-
-
 def load_config(path: str) -> dict[str, Any]:
     """Read and validate the file at ``path``; PairConfigError lists every problem."""
-    data = _read_json(path)
-    errors = validate_config(data)
-    if errors:
-        raise PairConfigError([f"{path}: {error}" for error in errors])
-    assert isinstance(data, dict)
+    data = _load(path, validate_config)
     data["timings"] = merged_timings(data["timings"])
     if data["schema"] == 1:  # one peer: the agent reads every config as a list of peers
         data["peers"] = [data.pop("peer")]
