@@ -40,13 +40,16 @@ MODULE_UTILS = MODULE_UTILS / "module_utils"
 SCALE = 0.05
 TOKEN = "t" * 48
 API_KEY = "test-key"
-# Valid production values; times SCALE: heartbeat 0.1 s, peer timeout 1 s, worker ready 2 s,
-# head ready 3 s, lone worker 1 s, probes every 0.5 s (0.25 s bound), backoff 0.1-0.2 s.
+# Valid production values; times SCALE: heartbeat 0.1 s, peer timeout 2 s, worker ready 4 s,
+# head ready 3 s, lone worker 1 s, probes every 0.5 s (0.25 s bound), backoff 0.1-0.2 s. The peer
+# timeout and the worker's ready bound leave room for a machine whose two cores are busy with the
+# rest of the suite (a missed heartbeat or a slow fake start would be a restart the test did not
+# cause).
 TIMINGS = {
     "heartbeat_interval": 2,
-    "heartbeat_timeout": 20,
+    "heartbeat_timeout": 40,
     "request_timeout": 10,
-    "worker_ready_timeout": 40,
+    "worker_ready_timeout": 80,
     "head_ready_timeout": 60,
     "lone_worker_timeout": 20,
     "probe_interval": 10,
@@ -57,6 +60,8 @@ TIMINGS = {
     "breaker_max_restarts": 3,
     "breaker_window": 600,
 }
+# A wait just past the worker's ready bound.
+PAST_READY = TIMINGS["worker_ready_timeout"] * SCALE + 0.5
 NODES = "abcdefgh"  # a is the head; b, c, ... its workers
 DEV = {name: f"rocep1s0f{index}" for index, name in enumerate(NODES)}
 NETDEV = {name: f"eth-{name}" for name in NODES}
@@ -500,7 +505,7 @@ def test_head_never_starts_while_the_worker_is_not_ready(make_pair: Callable[...
 def test_an_absent_worker_agent_is_waited_for_not_counted(make_pair: Callable[..., Pair]) -> None:
     p = make_pair()
     p.start("a")
-    time.sleep(2.5)  # past worker_ready_timeout (2 s scaled): still no failed start
+    time.sleep(PAST_READY)  # past worker_ready_timeout (4 s scaled): still no failed start
     assert p.state("a") == "waiting"
     assert p.restarts() == 0
     assert p.event_list() == []
@@ -527,7 +532,7 @@ def _waits_for_the_workers_rail_then_starts(p: Pair) -> None:
     """The head waits for node-b's rail, uncounted and past every start deadline, and starts
     the pair, worker first, once the rail has its GID again."""
     p.wait("the head waiting for the rail", lambda: "RoCE v2 GID on node-b:eth-b" in p.log("a"))
-    time.sleep(2.5)  # past worker_ready_timeout (2 s scaled): still no start, no failure
+    time.sleep(PAST_READY)  # past worker_ready_timeout (4 s scaled): still no start, no failure
     assert p.state("a") == "waiting"
     assert p.restarts() == 0
     assert p.event_list() == []
@@ -676,13 +681,14 @@ def test_a_lone_worker_stops_its_rank_at_heartbeat_timeout_not_before(
     worker.beat(generation=1, rank_active=True, state="serving")
     worker.tick()
     assert (worker.agent.state, worker.units) == ("serving", ["start"])
-    clock.now += TIMINGS["heartbeat_timeout"]  # 20 s without a heartbeat: at the bound
+    clock.now += TIMINGS["heartbeat_timeout"]  # no heartbeat for that long: at the bound
     worker.tick()
     assert (worker.agent.state, worker.units) == ("serving", ["start"])
     clock.now += 0.5
     worker.tick()
     assert (worker.agent.state, worker.units) == ("waiting", ["start", "stop"])
-    assert "lone worker: no heartbeat from the head for 20.5s" in capfd.readouterr().err
+    gap = TIMINGS["heartbeat_timeout"] + 0.5
+    assert f"lone worker: no heartbeat from the head for {gap}s" in capfd.readouterr().err
 
 
 def test_a_worker_whose_head_rank_never_runs_stops_at_lone_worker_timeout_not_before(
@@ -742,21 +748,23 @@ def test_a_head_that_did_not_run_hears_its_workers_before_judging_them(
     probe: dict[str, float] = {"next": clock.now + 10_000, "stalls": 0, "checked": clock.now}
     serving = {"generation": head.generation, "rank_active": True, "state": "serving"}
     head.note_peer("node-b", serving)
-    clock.now += TIMINGS["heartbeat_interval"]
+    beat, stall = TIMINGS["heartbeat_interval"], TIMINGS["heartbeat_timeout"] + 5
+    clock.now += beat
     assert head.serving_check(probe) is None  # a normal tick
-    clock.now += TIMINGS["heartbeat_timeout"] + 5  # the head itself did not run
+    clock.now += stall  # the head itself did not run
     assert head.serving_check(probe) is None
-    assert "this agent did not run for 25.0s" in capfd.readouterr().err
+    assert f"this agent did not run for {stall:.1f}s" in capfd.readouterr().err
     head.note_peer("node-b", serving)  # the queued beat, read
-    clock.now += TIMINGS["heartbeat_interval"]
+    clock.now += beat
     assert head.serving_check(probe) is None  # heard: nothing to restart
-    clock.now += TIMINGS["heartbeat_timeout"] + 5  # stalled again, and the worker silent
+    clock.now += stall  # stalled again, and the worker silent
     assert head.serving_check(probe) is None  # the grace again: the last check was on time
-    clock.now += TIMINGS["heartbeat_interval"]
-    assert head.serving_check(probe) == "worker-lost:no heartbeat from node-b for 29s"
-    clock.now += TIMINGS["heartbeat_timeout"] + 5  # a stall right after a check that judged
+    clock.now += beat
+    lost = "worker-lost:no heartbeat from node-b for {}s"
+    assert head.serving_check(probe) == lost.format(beat + stall + beat)
+    clock.now += stall  # a stall right after a check that judged
     probe["graced"] = 1  # ... and one graced just before it: never two in a row
-    assert head.serving_check(probe) == "worker-lost:no heartbeat from node-b for 54s"
+    assert head.serving_check(probe) == lost.format(beat + stall + beat + stall)
 
 
 def test_requests_with_a_bad_mac_a_stale_timestamp_or_a_replayed_nonce_are_refused(
@@ -1116,7 +1124,7 @@ def test_a_group_of_four_waits_for_every_worker_agent_uncounted(
         p.start(name)
     p.start("a")
     p.wait("the head waiting for node-d", lambda: "worker node-d's agent to report" in p.log("a"))
-    time.sleep(2.5)  # past worker_ready_timeout (2 s scaled): no failed start, no rank at all
+    time.sleep(PAST_READY)  # past worker_ready_timeout: no failed start, no rank at all
     assert p.state("a") == "waiting"
     assert p.restarts() == 0
     assert p.event_list() == []  # no worker starts while another's agent is absent
