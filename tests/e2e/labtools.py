@@ -84,7 +84,9 @@ fi"""
 # What a file may change on a node and must put back: the rails (addresses, link state, MTU,
 # shaping), every file gx10 writes, the units and containers it runs, packet filters, the
 # checkpoint's bytes, and whether the head serves. Identities that a restart legitimately
-# renews (container ids, start times, pids) are left out: a restore restarts things.
+# renews (container ids, start times, pids) are left out: a restore restarts things. So is the
+# rank's config hash in the rank file (its `gx10.config` label): it includes the checkpoint
+# directory's identity, which a refetched copy renews (test_model, test_network's new node).
 _STATE_SCRIPT = rf"""
 for dev in {" ".join(RAILS)}; do
   addr=$(ip -br addr show dev $dev 2>&1 | sed 's/@if[0-9]*//' | tr -s ' ')
@@ -93,7 +95,8 @@ for dev in {" ".join(RAILS)}; do
 done
 for f in /etc/netplan/* /etc/gx10/* /etc/systemd/system/gx10-* /etc/default/earlyoom \
     /etc/default/prometheus-node-exporter /etc/haproxy/haproxy.cfg /etc/haproxy/gx10-keys.map; do
-  [ -f "$f" ] && echo "file $f $(sha256sum < "$f" | cut -c1-16)"
+  [ -f "$f" ] && echo "file $f $(sed 's/gx10[.]config=[0-9a-f]*/gx10.config=/' "$f" \
+    | sha256sum | cut -c1-16)"
 done
 # A oneshot unit (the clock policy) is active after a boot and inactive after a converge that
 # ran its tool directly: for those only whether it is enabled counts.
