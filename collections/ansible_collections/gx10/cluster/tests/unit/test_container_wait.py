@@ -10,6 +10,8 @@ import pytest
 
 from ansible_collections.gx10.cluster.plugins.modules import container_wait
 
+# The head's health URL (the fakes below answer it; nothing listens there).
+HEALTH = "http://127.0.0.1:8000/health"
 # The fake node's wall clock starts here (2026-12-04T03:00:00Z), as docker's log stamps do.
 EPOCH = 1796353200.0
 
@@ -172,7 +174,7 @@ def test_a_container_its_unit_is_removing_is_reported_from_the_journal(
     node["state"] = lambda t: "running" if t < 4 else state
     node["log"] = [(0, "Error: No such container: gx10-vllm")]
     read = _unit(node, monkeypatch, lambda t: "active" if t < 7 else "failed")
-    ready, reason, elapsed, tail = waited(_params(url=["http://x/health"], unit="u.service"), node)
+    ready, reason, elapsed, tail = waited(_params(url=[HEALTH], unit="u.service"), node)
     assert not ready
     assert reason == f"container gx10-vllm is {state}"
     assert tail[0] == "ValueError: the rank's own last words"
